@@ -1,0 +1,138 @@
+"""`jeirt <command>`: one Typer app for the whole project."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import paths
+
+app = typer.Typer(help="JE-IRT for LLMs: embed LLMs and questions in one space, evaluate, route.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+data_app = typer.Typer(help="Import, generate and check response data.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+console = Console()
+
+DataOpt = typer.Option(None, "--data", help="dataset folder (long format or EmbedLLM CSVs); "
+                                            "default: the embedded SYNTHETIC dataset")
+EncoderOpt = typer.Option("all-MiniLM-L6-v2", "--encoder",
+                          help="sentence-transformers name or path (default: bundled all-MiniLM-L6-v2), "
+                               "or 'hashing' for the fast test encoder")
+
+
+def _load(data: Optional[Path]):
+    from .data import DataError, load_data
+    from .data.synthetic import generate
+    if data is None:
+        d = generate()
+        console.print("[yellow]No --data given: using the embedded SYNTHETIC dataset "
+                      "(simulated LLMs, not real results).[/yellow]")
+        return d
+    try:
+        return load_data(data)
+    except DataError as e:
+        console.print(f"[red]bad input:[/red] {e}")
+        raise typer.Exit(2)
+
+
+def _prepare(data: Optional[Path], encoder: str, seed: int):
+    from .encoders import make_encoder
+    from .experiment import prepare
+    d = _load(data)
+    console.print(d.describe())
+    return prepare(d, make_encoder(encoder), seed=seed, cache_root=paths.cache_dir())
+
+
+def _results_table(results: dict, title: str) -> Table:
+    table = Table(title=title)
+    for col in ("method", "test acc", "AUC", "log-loss", "train s"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for name, r in results.items():
+        table.add_row(name, f"{r['test_accuracy']:.4f}", f"{r['auc']:.4f}", f"{r['log_loss']:.4f}",
+                      f"{r['train_seconds']:.1f}")
+    return table
+
+
+@app.command()
+def evaluate(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
+             methods: str = typer.Option(",".join(("jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl")),
+                                         help="comma-separated subset"),
+             members: int = typer.Option(None, help="JE-IRT ensemble size (seeds); default: the tuned one"),
+             out: Optional[Path] = typer.Option(None, help="write the results as JSON here")):
+    """Train every method on one split by question (80/10/10) and compare them on the test set."""
+    from .evaluation import JEIRT_MEMBERS, evaluate as run
+    prep = _prepare(data, encoder, seed)
+    results = run(prep, [m.strip() for m in methods.split(",") if m.strip()],
+                  jeirt_members=members or JEIRT_MEMBERS)
+    title = f"{'SYNTHETIC ' if prep.data.synthetic else ''}{prep.data.name}, split by question, seed {seed}"
+    console.print(_results_table(results, title))
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=1))
+        console.print(f"wrote {out}")
+
+
+@app.command()
+def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
+          members: int = typer.Option(None, help="ensemble size (seeds)"),
+          out: Path = typer.Option(Path(".jeirt/spaces/latest"), help="folder to save the space in")):
+    """Train a JE-IRT space (single process) and save it as safetensors + JSON."""
+    from .evaluation import JEIRT_DEFAULT, JEIRT_MEMBERS, train_space
+    prep = _prepare(data, encoder, seed)
+    space = train_space(prep, JEIRT_DEFAULT, members or JEIRT_MEMBERS)
+    space.save(out)
+    prep.split.save(out / "split.json", prep.data)
+    console.print(f"saved the space ({len(space.members)} members, {len(space.model_names)} LLMs) to {out}")
+
+
+@app.command()
+def encode(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt):
+    """Embed every question with the frozen encoder into the on-disk cache (single process)."""
+    from .encoders import EmbeddingCache, encode_cached, make_encoder
+    d = _load(data)
+    enc = make_encoder(encoder)
+    encode_cached(enc, d.texts, paths.cache_dir())
+    console.print(f"{len(EmbeddingCache(paths.cache_dir(), enc.encoder_id))} vectors cached for {enc.encoder_id} "
+                  f"in {paths.cache_dir()}")
+
+
+@data_app.command("check")
+def data_check(data: Path = typer.Argument(..., help="dataset folder")):
+    """Validate a dataset and describe it."""
+    d = _load(data)
+    console.print(d.describe())
+
+
+@data_app.command("synth")
+def data_synth(out: Path = typer.Option(..., help="folder to write questions/responses Parquet to"),
+               models: int = 24, questions: int = 1200, seed: int = 0):
+    """Write the SYNTHETIC dataset (known JE-IRT geometry) in the long format."""
+    from .data.synthetic import generate
+    d = generate(n_models=models, n_questions=questions, seed=seed)
+    d.save(out)
+    console.print(f"wrote {d.describe()} to {out}")
+
+
+@data_app.command("fetch")
+def data_fetch(dataset: str = typer.Argument(..., help="only 'embedllm' for now"),
+               out: Path = typer.Option(Path(".jeirt/data/embedllm"))):
+    """Download a public dataset (needs network access to the Hugging Face hub)."""
+    from .data import fetch_embedllm
+    if dataset != "embedllm":
+        console.print(f"[red]unknown dataset {dataset!r}[/red]; available: embedllm")
+        raise typer.Exit(2)
+    try:
+        target = fetch_embedllm(out)
+    except RuntimeError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(1)
+    console.print(f"downloaded to {target}; use it with --data {target}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,200 @@
+"""Importers: the generic long format (CSV, CSV.gz, Parquet) and the EmbedLLM CSVs.
+
+Every check names the file, the row (1-based, header excluded), the column and the value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from .dataset import ResponseData
+from .errors import DataError
+
+QUESTION_COLUMNS = ("question_id", "benchmark", "text")
+RESPONSE_COLUMNS = ("model", "question_id", "label")
+EMBEDLLM_COLUMNS = ("prompt_id", "prompt", "model_id", "model_name", "label", "category_id", "category")
+EMBEDLLM_FILES = ("train.csv", "val.csv", "test.csv")
+DuplicateRule = Literal["mean", "first", "last", "max", "error"]
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """CSV (optionally gzipped) or Parquet, every column read as text except where parsed later."""
+    name = path.name.lower()
+    if not path.exists():
+        raise DataError("file not found", file=str(path))
+    if name.endswith(".parquet"):
+        return pd.read_parquet(path)
+    if name.endswith((".csv", ".csv.gz")):
+        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[])
+    raise DataError("unsupported file type (expected .csv, .csv.gz or .parquet)", file=str(path))
+
+
+def _require_columns(df: pd.DataFrame, columns: tuple[str, ...], file: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise DataError(f"missing column(s) {missing}; found {list(df.columns)}", file=file)
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def _parse_labels(df: pd.DataFrame, column: str, file: str) -> np.ndarray:
+    raw = df[column]
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        i = _first(bad)
+        raise DataError("label is not a number (NaN, empty or text)", file=file, row=i + 1,
+                        column=column, value=raw.iloc[i])
+    out_of_range = (values < 0) | (values > 1)
+    if out_of_range.any():
+        i = _first(out_of_range)
+        raise DataError("label is outside [0, 1]", file=file, row=i + 1, column=column,
+                        value=float(values[i]))
+    return values.astype(np.float32)
+
+
+def validate_questions(df: pd.DataFrame, file: str) -> pd.DataFrame:
+    _require_columns(df, QUESTION_COLUMNS, file)
+    df = df.reset_index(drop=True)
+    for col in QUESTION_COLUMNS:
+        values = df[col].astype(str)
+        empty = (df[col].isna() | (values.str.strip() == "")).to_numpy()
+        if empty.any():
+            i = _first(empty)
+            raise DataError(f"empty {col}", file=file, row=i + 1, column=col, value=df[col].iloc[i])
+    dup = df["question_id"].duplicated().to_numpy()
+    if dup.any():
+        i = _first(dup)
+        raise DataError("duplicate question_id", file=file, row=i + 1, column="question_id",
+                        value=df["question_id"].iloc[i])
+    return df[list(QUESTION_COLUMNS)].astype(str)
+
+
+def validate_responses(df: pd.DataFrame, known_questions: pd.Index, file: str) -> pd.DataFrame:
+    _require_columns(df, RESPONSE_COLUMNS, file)
+    df = df.reset_index(drop=True)
+    empty_model = (df["model"].isna() | (df["model"].astype(str).str.strip() == "")).to_numpy()
+    if empty_model.any():
+        i = _first(empty_model)
+        raise DataError("empty model name", file=file, row=i + 1, column="model", value=df["model"].iloc[i])
+    labels = _parse_labels(df, "label", file)
+    qids = df["question_id"].astype(str)
+    unknown = ~qids.isin(known_questions).to_numpy()
+    if unknown.any():
+        i = _first(unknown)
+        raise DataError("response to a question that is not in the questions file", file=file,
+                        row=i + 1, column="question_id", value=qids.iloc[i])
+    out = pd.DataFrame({"model": df["model"].astype(str), "question_id": qids, "label": labels})
+    dup = out.duplicated(["model", "question_id"]).to_numpy()
+    if dup.any():
+        i = _first(dup)
+        first = int(np.flatnonzero((out["model"] == out["model"].iloc[i]).to_numpy()
+                                   & (out["question_id"] == qids.iloc[i]).to_numpy())[0])
+        raise DataError(f"duplicate (model, question_id) pair, first seen at row {first + 1}",
+                        file=file, row=i + 1, column="question_id",
+                        value=f"{out['model'].iloc[i]} / {qids.iloc[i]}")
+    return out
+
+
+def _find(directory: Path, stem: str) -> Path:
+    for suffix in (".parquet", ".csv.gz", ".csv"):
+        p = directory / f"{stem}{suffix}"
+        if p.exists():
+            return p
+    raise DataError(f"no {stem}.parquet, {stem}.csv.gz or {stem}.csv in this folder", file=str(directory))
+
+
+def load_long_format(directory: str | Path, name: str | None = None) -> ResponseData:
+    """A folder holding questions.{csv,csv.gz,parquet} and responses.{csv,csv.gz,parquet}."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise DataError("data folder not found", file=str(d))
+    qfile, rfile = _find(d, "questions"), _find(d, "responses")
+    questions = validate_questions(read_table(qfile), str(qfile))
+    responses = validate_responses(read_table(rfile), pd.Index(questions["question_id"]), str(rfile))
+    return ResponseData.from_frames(questions, responses, name=name or d.resolve().name)
+
+
+def load_embedllm(directory: str | Path, duplicates: DuplicateRule = "mean") -> ResponseData:
+    """The EmbedLLM CSVs (train/val/test.csv), merged into one dataset; splits are made anew.
+
+    The EmbedLLM files repeat some (model, prompt) pairs. `duplicates` decides what one label
+    such a pair gets: "mean" (default: the average, a soft label that keeps both observations),
+    "first" or "last" (in file order train, val, test), "max", or "error" (refuse the data).
+    """
+    d = Path(directory)
+    frames = []
+    for fname in EMBEDLLM_FILES:
+        p = d / fname
+        if not p.exists():
+            continue
+        df = read_table(p)
+        _require_columns(df, EMBEDLLM_COLUMNS, str(p))
+        labels = _parse_labels(df, "label", str(p))
+        empty = (df["prompt"].astype(str).str.strip() == "").to_numpy()
+        if empty.any():
+            i = _first(empty)
+            raise DataError("empty prompt", file=str(p), row=i + 1, column="prompt", value=df["prompt"].iloc[i])
+        frames.append(pd.DataFrame({"question_id": df["prompt_id"].astype(str), "text": df["prompt"].astype(str),
+                                    "benchmark": df["category"].astype(str),
+                                    "model": df["model_name"].astype(str), "label": labels,
+                                    "file": fname, "row": np.arange(1, len(df) + 1)}))
+    if not frames:
+        raise DataError(f"none of {list(EMBEDLLM_FILES)} found", file=str(d))
+    rows = pd.concat(frames, ignore_index=True)
+
+    # One text and one category per prompt_id, or the files disagree with each other.
+    per_q = rows.drop_duplicates("question_id")
+    conflict = rows.merge(per_q[["question_id", "text"]], on="question_id", suffixes=("", "_first"))
+    bad = (conflict["text"] != conflict["text_first"]).to_numpy()
+    if bad.any():
+        r = conflict.iloc[_first(bad)]
+        raise DataError(f"prompt_id {r['question_id']} has two different prompts", file=str(d / r["file"]),
+                        row=int(r["row"]), column="prompt", value=r["text"][:80])
+
+    dup = rows.duplicated(["model", "question_id"], keep=False).to_numpy()
+    if dup.any() and duplicates == "error":
+        r = rows.iloc[_first(rows.duplicated(["model", "question_id"]).to_numpy())]
+        raise DataError("duplicate (model_name, prompt_id) pair (choose a rule with duplicates=...)",
+                        file=str(d / r["file"]), row=int(r["row"]), column="prompt_id",
+                        value=f"{r['model']} / {r['question_id']}")
+    agg = {"mean": "mean", "first": "first", "last": "last", "max": "max"}.get(duplicates, "first")
+    responses = rows.groupby(["model", "question_id"], sort=False, as_index=False)["label"].agg(agg)
+    questions = per_q[["question_id", "benchmark", "text"]].reset_index(drop=True)
+    return ResponseData.from_frames(questions, responses, name="embedllm")
+
+
+def load_data(path: str | Path, *, embedllm_duplicates: DuplicateRule = "mean") -> ResponseData:
+    """Load a dataset folder in whichever supported format it holds."""
+    d = Path(path)
+    if (d / "train.csv").exists() and not any(d.glob("questions.*")):
+        return load_embedllm(d, embedllm_duplicates)
+    return load_long_format(d)
+
+
+def fetch_embedllm(target: str | Path) -> Path:
+    """Download the EmbedLLM CSVs from the Hugging Face hub (dataset RZ412/EmbedLLM)."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as e:  # pragma: no cover - installed with sentence-transformers
+        raise RuntimeError("huggingface_hub is needed: pip install 'jeirt-ray[hub]'") from e
+    target = Path(target)
+    try:
+        snapshot = Path(snapshot_download("RZ412/EmbedLLM", repo_type="dataset", allow_patterns=["*.csv"],
+                                          local_dir=target / "_hub"))
+    except Exception as e:
+        raise RuntimeError(f"could not download RZ412/EmbedLLM from the Hugging Face hub ({type(e).__name__}: "
+                           f"{e}). Download train.csv, val.csv and test.csv by hand into {target}.") from e
+    target.mkdir(parents=True, exist_ok=True)
+    for fname in EMBEDLLM_FILES:
+        found = sorted(snapshot.rglob(fname))
+        if not found:
+            raise RuntimeError(f"{fname} not found in the downloaded RZ412/EmbedLLM snapshot at {snapshot}")
+        (target / fname).write_bytes(found[0].read_bytes())
+    return target

@@ -1,0 +1,84 @@
+"""On-disk embedding cache keyed by (encoder id, sha256 of the text), as Parquet shards.
+
+Each encode appends shards as it goes, so an interrupted run keeps what it finished and a
+second run encodes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from .base import QuestionEncoder
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EmbeddingCache:
+    def __init__(self, root: str | Path, encoder_id: str):
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", encoder_id)
+        self.directory = Path(root) / safe
+        self.encoder_id = encoder_id
+        self._table: dict[str, np.ndarray] | None = None
+
+    def _load(self) -> dict[str, np.ndarray]:
+        if self._table is None:
+            self._table = {}
+            for shard in sorted(self.directory.glob("*.parquet")):
+                t = pq.read_table(shard)
+                vecs = np.asarray(t.column("vector").combine_chunks().flatten()).reshape(t.num_rows, -1)
+                self._table.update(zip(t.column("text_hash").to_pylist(), vecs.astype(np.float32)))
+        return self._table
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def missing(self, hashes: list[str]) -> list[str]:
+        table = self._load()
+        return [h for h in dict.fromkeys(hashes) if h not in table]
+
+    def get(self, hashes: list[str]) -> np.ndarray:
+        table = self._load()
+        return np.stack([table[h] for h in hashes])
+
+    def put(self, hashes: list[str], vectors: np.ndarray) -> None:
+        if not hashes:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        vectors = np.asarray(vectors, dtype=np.float32)
+        dim = vectors.shape[1]
+        t = pa.table({"text_hash": hashes,
+                      "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)})
+        tmp = self.directory / f".{uuid.uuid4().hex}.tmp"
+        pq.write_table(t, tmp)
+        tmp.rename(self.directory / f"{uuid.uuid4().hex}.parquet")  # atomic: readers never see half a shard
+        self._load().update(zip(hashes, vectors))
+
+
+def encode_cached(encoder: QuestionEncoder, texts: list[str] | np.ndarray, cache_root: str | Path | None,
+                  batch_size: int = 64, chunk: int = 1024, progress: bool = True) -> np.ndarray:
+    """Embeddings for texts, encoding only those not cached yet (in chunks saved as they finish)."""
+    texts = [str(t) for t in texts]
+    hashes = [text_hash(t) for t in texts]
+    if cache_root is None:
+        return encoder.encode(texts, batch_size=batch_size)
+    cache = EmbeddingCache(cache_root, encoder.encoder_id)
+    todo = cache.missing(hashes)
+    if todo:
+        by_hash = dict(zip(hashes, texts))
+        bar = tqdm(total=len(todo), desc=f"encoding ({encoder.encoder_id})", unit="q", disable=not progress)
+        for start in range(0, len(todo), chunk):
+            part = todo[start:start + chunk]
+            cache.put(part, encoder.encode([by_hash[h] for h in part], batch_size=batch_size))
+            bar.update(len(part))
+        bar.close()
+    return cache.get(hashes)

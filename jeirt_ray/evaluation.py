@@ -1,0 +1,94 @@
+"""Train every method on the same split and compare them on the test questions."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from .experiment import Prepared, pair_probs
+from .model.baselines import KNN, Majority
+from .model.metrics import binary_metrics
+from .model.space import Space
+from .model.train import TrainConfig, fit
+
+METHODS = ("jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl")
+# The JE-IRT recipe chosen on validation data (see README, "How the defaults were chosen").
+JEIRT_DEFAULT = TrainConfig(kind="jeirt", dim=128, dropout=0.1, lr=1e-3, weight_decay=1e-4)
+JEIRT_MEMBERS = 5
+# Matrix factorisation gets its dimension chosen on validation from this grid.
+MF_DIMS = (64, 128, 256)
+
+
+def train_space(prep: Prepared, config: TrainConfig = JEIRT_DEFAULT, members: int = JEIRT_MEMBERS,
+                progress: bool = True) -> Space:
+    """Train `members` seeds of one recipe on prep's training pairs into one Space."""
+    train, val = prep.pairs("train"), prep.pairs("val")
+    fitted, history = [], []
+    for i in range(members):
+        cfg = config.model_copy(update={"seed": config.seed + i})
+        result = fit(prep.X, prep.data.n_models, train, val, cfg, progress=progress)
+        fitted.append(result.module)
+        history.append({"seed": cfg.seed, "best_val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
+                        "seconds": result.seconds})
+    return Space(fitted, config, prep.encoder_id, prep.X.shape[1], prep.data.models.tolist(),
+                 prep.data.question_ids.tolist(),
+                 metadata={"data": prep.data.name, "data_fingerprint": prep.data.fingerprint(),
+                           "split": {"kind": prep.split.kind, "seed": prep.split.seed}, "members": history})
+
+
+def _val_loss(prob_all: np.ndarray, rows: np.ndarray, prep: Prepared) -> float:
+    val = prep.pairs("val")
+    return binary_metrics(pair_probs(prob_all, rows, val), val.y.numpy())["log_loss"]
+
+
+def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig = JEIRT_DEFAULT,
+               jeirt_members: int = JEIRT_MEMBERS, progress: bool = True):
+    """Yield (name, predict_all(question_rows) -> (n, n_models) probabilities, train seconds, info)."""
+    train = prep.pairs("train")
+    q, m, y = train.q.numpy(), train.m.numpy(), train.y.numpy()
+    n_models = prep.data.n_models
+    for name in methods:
+        start = time.perf_counter()
+        info: dict = {}
+        if name == "jeirt":
+            space = train_space(prep, jeirt_config, jeirt_members, progress)
+            predict = lambda rows, s=space: s.predict_proba(prep.X[rows])
+            info = {"members": jeirt_members, "config": jeirt_config.model_dump(), "space": space}
+        elif name == "mf":
+            best = None
+            for dim in MF_DIMS:
+                cfg = TrainConfig(kind="mf", dim=dim)
+                r = fit(prep.X, n_models, train, prep.pairs("val"), cfg, progress=progress)
+                if best is None or r.best_val_loss < best[0]:
+                    best = (r.best_val_loss, dim, r.module)
+            mod = best[2]
+            predict = lambda rows, mod=mod: torch.sigmoid(mod.score_all(prep.Xt[rows])).detach().numpy()
+            info = {"dim": best[1], "chosen_from": list(MF_DIMS)}
+        elif name in ("irt1pl", "irt2pl"):
+            r = fit(prep.X, n_models, train, prep.pairs("val"), TrainConfig(kind=name), progress=progress)
+            predict = lambda rows, mod=r.module: torch.sigmoid(mod.score_all(prep.Xt[rows])).detach().numpy()
+        elif name == "knn":
+            knn = KNN().fit(prep.X, n_models, q, m, y)
+            val = prep.pairs("val")
+            info = {"k": knn.select_k(prep.rows("val"), val.q.numpy(), val.m.numpy(), val.y.numpy())}
+            predict = knn.predict_all
+        elif name == "majority":
+            maj = Majority().fit(n_models, q, m, y)
+            predict = maj.predict_all
+        else:
+            raise ValueError(f"unknown method {name!r}; expected one of {METHODS}")
+        yield name, predict, time.perf_counter() - start, info
+
+
+def evaluate(prep: Prepared, methods=METHODS, **kw) -> dict[str, dict]:
+    """{method: {test_accuracy, auc, log_loss, train_seconds, ...}} on prep's test pairs."""
+    test = prep.pairs("test")
+    rows = prep.rows("test")
+    results = {}
+    for name, predict, seconds, info in predictors(prep, methods, **kw):
+        probs = predict(rows)
+        results[name] = {**binary_metrics(pair_probs(probs, rows, test), test.y.numpy()),
+                         "train_seconds": seconds, **{k: v for k, v in info.items() if k != "space"}}
+    return results

@@ -1,0 +1,107 @@
+"""The torch modules: JE-IRT and the amortised baselines, all with one calling convention.
+
+`forward(x, q, m)` takes the frozen encoder embeddings `x` of the distinct questions in a batch
+(B, D), and for each observed pair the row of its question in `x` (q) and its model index (m);
+it returns one logit per pair. The text side runs once per distinct question, never per pair.
+`score_all(x)` returns the (B, n_models) logits of every model, used for routing.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def adapter(in_dim: int, hidden: int, out_dim: int, dropout: float) -> nn.Sequential:
+    """The paper's 2-layer MLP: Linear(D, h) -> ReLU -> Dropout -> Linear(h, d)."""
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, out_dim))
+
+
+class JEIRT(nn.Module):
+    """P(correct) = sigmoid(E_Q . E_M / ||E_Q|| - ||E_Q||), E_Q = adapter(x), E_M a free row."""
+
+    kind = "jeirt"
+
+    def __init__(self, in_dim: int, n_models: int, dim: int = 128, hidden: int | None = None,
+                 dropout: float = 0.1):
+        super().__init__()
+        self.adapter = adapter(in_dim, hidden or 2 * in_dim, dim, dropout)
+        self.models = nn.Embedding(n_models, dim)
+        nn.init.normal_(self.models.weight, std=0.1)
+
+    def question_vectors(self, x: torch.Tensor) -> torch.Tensor:
+        return self.adapter(x)
+
+    @staticmethod
+    def split(e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Direction (unit vector) and norm (difficulty) of question vectors."""
+        norm = e.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+        return e / norm, norm.squeeze(-1)
+
+    def forward(self, x: torch.Tensor, q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        u, norm = self.split(self.question_vectors(x))
+        return (u[q] * self.models(m)).sum(-1) - norm[q]
+
+    def score_all(self, x: torch.Tensor) -> torch.Tensor:
+        u, norm = self.split(self.question_vectors(x))
+        return u @ self.models.weight.T - norm[:, None]
+
+
+class MatrixFactorization(nn.Module):
+    """EmbedLLM's matrix factorisation: model table, linear projection of the frozen question
+    embedding, elementwise product, linear head (one logit; EmbedLLM's two-class softmax is the
+    same model)."""
+
+    kind = "mf"
+
+    def __init__(self, in_dim: int, n_models: int, dim: int = 128, dropout: float = 0.1):
+        super().__init__()
+        self.models = nn.Embedding(n_models, dim)
+        self.proj = nn.Linear(in_dim, dim)
+        self.drop = nn.Dropout(dropout)
+        self.head = nn.Linear(dim, 1)
+
+    def forward(self, x: torch.Tensor, q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return self.head(self.drop(self.models(m) * self.proj(x)[q])).squeeze(-1)
+
+    def score_all(self, x: torch.Tensor) -> torch.Tensor:
+        qv = self.proj(x)  # (B, d)
+        return (qv * self.head.weight[0]) @ self.models.weight.T + self.head.bias
+
+
+class AmortizedIRT(nn.Module):
+    """1PL: sigmoid(theta_m - b(x)); 2PL: sigmoid(a(x) * (theta_m - b(x))), with difficulty b and
+    discrimination a predicted from the question text and one scalar ability per LLM."""
+
+    def __init__(self, in_dim: int, n_models: int, two_pl: bool, hidden: int = 256, dropout: float = 0.1):
+        super().__init__()
+        self.kind = "irt2pl" if two_pl else "irt1pl"
+        self.two_pl = two_pl
+        self.net = adapter(in_dim, hidden, 2 if two_pl else 1, dropout)
+        self.ability = nn.Embedding(n_models, 1)
+        nn.init.zeros_(self.ability.weight)
+
+    def _params(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.net(x)
+        a = out[:, 1] + 1.0 if self.two_pl else torch.ones_like(out[:, 0])
+        return a, out[:, 0]
+
+    def forward(self, x: torch.Tensor, q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        a, b = self._params(x)
+        return a[q] * (self.ability(m).squeeze(-1) - b[q])
+
+    def score_all(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self._params(x)
+        return a[:, None] * (self.ability.weight[:, 0][None, :] - b[:, None])
+
+
+def build_module(kind: str, in_dim: int, n_models: int, **kw) -> nn.Module:
+    if kind == "jeirt":
+        return JEIRT(in_dim, n_models, dim=kw.get("dim", 128), hidden=kw.get("hidden"),
+                     dropout=kw.get("dropout", 0.1))
+    if kind == "mf":
+        return MatrixFactorization(in_dim, n_models, dim=kw.get("dim", 128), dropout=kw.get("dropout", 0.1))
+    if kind in ("irt1pl", "irt2pl"):
+        return AmortizedIRT(in_dim, n_models, two_pl=kind == "irt2pl", hidden=kw.get("hidden") or 256,
+                            dropout=kw.get("dropout", 0.1))
+    raise ValueError(f"unknown model kind {kind!r}; expected jeirt, mf, irt1pl or irt2pl")

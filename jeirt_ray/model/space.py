@@ -1,0 +1,86 @@
+"""A trained JE-IRT space: one or more members (seeds) sharing model names and encoder.
+
+Predictions average the members' probabilities (an ensemble over seeds). On disk: weights in
+`weights.safetensors`, everything else in `space.json`; never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from .modules import JEIRT, build_module
+from .train import TrainConfig
+
+
+@dataclass
+class Space:
+    members: list[torch.nn.Module]
+    config: TrainConfig
+    encoder_id: str
+    in_dim: int
+    model_names: list[str]
+    question_ids: list[str] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)  # metrics, data fingerprint, routing policy, ...
+
+    @property
+    def kind(self) -> str:
+        return self.config.kind
+
+    @torch.no_grad()
+    def member_probs(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
+        """(members, n, n_models) probabilities for encoder embeddings x."""
+        x = torch.as_tensor(np.asarray(x), dtype=torch.float32)
+        return np.stack([torch.sigmoid(mod.eval().score_all(x)).numpy() for mod in self.members])
+
+    def predict_proba(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
+        """(n, n_models) probability that each model answers each question correctly."""
+        return self.member_probs(x).mean(0)
+
+    @torch.no_grad()
+    def question_vectors(self, x: np.ndarray | torch.Tensor, member: int = 0) -> np.ndarray:
+        """E_Q of the given member (JE-IRT only): direction = topic, norm = difficulty."""
+        mod = self.members[member]
+        if not isinstance(mod, JEIRT):
+            raise TypeError("question vectors exist for JE-IRT spaces only")
+        return mod.eval().question_vectors(torch.as_tensor(np.asarray(x), dtype=torch.float32)).numpy()
+
+    def model_vectors(self, member: int = 0) -> np.ndarray:
+        return self.members[member].models.weight.detach().numpy().copy()
+
+    # ---- persistence ---------------------------------------------------------------------
+    def save(self, directory: str | Path) -> Path:
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        tensors = {f"member{i}.{k}": v.detach().contiguous() for i, mod in enumerate(self.members)
+                   for k, v in mod.state_dict().items()}
+        save_file(tensors, str(d / "weights.safetensors"))
+        (d / "space.json").write_text(json.dumps({
+            "format": "jeirt-space/1", "config": self.config.model_dump(), "encoder_id": self.encoder_id,
+            "in_dim": self.in_dim, "n_members": len(self.members), "model_names": self.model_names,
+            "question_ids": self.question_ids, "metadata": self.metadata}, indent=1))
+        return d
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Space":
+        d = Path(directory)
+        meta_path = d / "space.json"
+        if not meta_path.exists():
+            raise FileNotFoundError(f"{meta_path} not found: not a saved JE-IRT space")
+        meta = json.loads(meta_path.read_text())
+        config = TrainConfig(**meta["config"])
+        tensors = load_file(str(d / "weights.safetensors"))
+        members = []
+        for i in range(meta["n_members"]):
+            mod = build_module(config.kind, meta["in_dim"], len(meta["model_names"]), dim=config.dim,
+                               hidden=config.hidden, dropout=config.dropout)
+            prefix = f"member{i}."
+            mod.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
+            members.append(mod.eval())
+        return cls(members, config, meta["encoder_id"], meta["in_dim"], meta["model_names"],
+                   meta.get("question_ids", []), meta.get("metadata", {}))
