@@ -78,6 +78,33 @@ def evaluate(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: in
 
 
 @app.command()
+def demo(out: Path = typer.Option(None, help="output folder (default: $JEIRT_HOME/demo)"),
+         encoder: str = EncoderOpt):
+    """The main job on the embedded SYNTHETIC dataset: encode, train JE-IRT and the baselines,
+    compare them, save the space. Finishes in a few minutes on a laptop."""
+    from .data.synthetic import generate
+    from .encoders import make_encoder
+    from .evaluation import evaluate as run
+    from .experiment import prepare
+    out = out or paths.home() / "demo"
+    data = generate()
+    console.print(f"[bold]jeirt demo[/bold] on the embedded {data.describe()}")
+    console.print("[yellow]SYNTHETIC: simulated LLMs drawn from a known JE-IRT geometry, not real results. "
+                  "Use --data with `jeirt evaluate` for real data.[/yellow]")
+    prep = prepare(data, make_encoder(encoder), seed=0, cache_root=paths.cache_dir())
+    spaces: dict = {}
+    results = run(prep, spaces=spaces)
+    console.print(_results_table(results, "SYNTHETIC data, split by question (80/10/10), seed 0"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    spaces["jeirt"].save(out / "space")
+    prep.split.save(out / "space" / "split.json", data)
+    data.save(out / "data")
+    console.print(f"wrote {out / 'results.json'}, the trained space in {out / 'space'} and the SYNTHETIC data "
+                  f"in {out / 'data'} (try: jeirt evaluate --data {out / 'data'})")
+
+
+@app.command()
 def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
           members: int = typer.Option(None, help="ensemble size (seeds)"),
           out: Path = typer.Option(Path(".jeirt/spaces/latest"), help="folder to save the space in")):

@@ -15,7 +15,7 @@ from .model.train import TrainConfig, fit
 
 METHODS = ("jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl")
 # The JE-IRT recipe chosen on validation data (see README, "How the defaults were chosen").
-JEIRT_DEFAULT = TrainConfig(kind="jeirt", dim=128, dropout=0.1, lr=1e-3, weight_decay=1e-4)
+JEIRT_DEFAULT = TrainConfig(kind="jeirt", dim=256, dropout=0.1, input_dropout=0.5, lr=3e-4, weight_decay=0.05)
 JEIRT_MEMBERS = 5
 # Matrix factorisation gets its dimension chosen on validation from this grid.
 MF_DIMS = (64, 128, 256)
@@ -44,8 +44,9 @@ def _val_loss(prob_all: np.ndarray, rows: np.ndarray, prep: Prepared) -> float:
 
 
 def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig = JEIRT_DEFAULT,
-               jeirt_members: int = JEIRT_MEMBERS, progress: bool = True):
-    """Yield (name, predict_all(question_rows) -> (n, n_models) probabilities, train seconds, info)."""
+               jeirt_members: int = JEIRT_MEMBERS, train_seed: int = 0, progress: bool = True):
+    """Yield (name, predict_all(question_rows) -> (n, n_models) probabilities, train seconds, info).
+    `train_seed` seeds every trained method (JE-IRT members take seeds 100*train_seed + i)."""
     train = prep.pairs("train")
     q, m, y = train.q.numpy(), train.m.numpy(), train.y.numpy()
     n_models = prep.data.n_models
@@ -53,13 +54,14 @@ def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig = J
         start = time.perf_counter()
         info: dict = {}
         if name == "jeirt":
-            space = train_space(prep, jeirt_config, jeirt_members, progress)
+            cfg = jeirt_config.model_copy(update={"seed": jeirt_config.seed + 100 * train_seed})
+            space = train_space(prep, cfg, jeirt_members, progress)
             predict = lambda rows, s=space: s.predict_proba(prep.X[rows])
             info = {"members": jeirt_members, "config": jeirt_config.model_dump(), "space": space}
         elif name == "mf":
             best = None
             for dim in MF_DIMS:
-                cfg = TrainConfig(kind="mf", dim=dim)
+                cfg = TrainConfig(kind="mf", dim=dim, seed=train_seed)
                 r = fit(prep.X, n_models, train, prep.pairs("val"), cfg, progress=progress)
                 if best is None or r.best_val_loss < best[0]:
                     best = (r.best_val_loss, dim, r.module)
@@ -67,7 +69,8 @@ def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig = J
             predict = lambda rows, mod=mod: torch.sigmoid(mod.score_all(prep.Xt[rows])).detach().numpy()
             info = {"dim": best[1], "chosen_from": list(MF_DIMS)}
         elif name in ("irt1pl", "irt2pl"):
-            r = fit(prep.X, n_models, train, prep.pairs("val"), TrainConfig(kind=name), progress=progress)
+            r = fit(prep.X, n_models, train, prep.pairs("val"), TrainConfig(kind=name, seed=train_seed),
+                  progress=progress)
             predict = lambda rows, mod=r.module: torch.sigmoid(mod.score_all(prep.Xt[rows])).detach().numpy()
         elif name == "knn":
             knn = KNN().fit(prep.X, n_models, q, m, y)
@@ -82,13 +85,16 @@ def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig = J
         yield name, predict, time.perf_counter() - start, info
 
 
-def evaluate(prep: Prepared, methods=METHODS, **kw) -> dict[str, dict]:
-    """{method: {test_accuracy, auc, log_loss, train_seconds, ...}} on prep's test pairs."""
+def evaluate(prep: Prepared, methods=METHODS, spaces: dict | None = None, **kw) -> dict[str, dict]:
+    """{method: {test_accuracy, auc, log_loss, train_seconds, ...}} on prep's test pairs.
+    Pass a dict as `spaces` to get the trained JE-IRT Space back in it."""
     test = prep.pairs("test")
     rows = prep.rows("test")
     results = {}
     for name, predict, seconds, info in predictors(prep, methods, **kw):
         probs = predict(rows)
+        if spaces is not None and "space" in info:
+            spaces[name] = info["space"]
         results[name] = {**binary_metrics(pair_probs(probs, rows, test), test.y.numpy()),
                          "train_seconds": seconds, **{k: v for k, v in info.items() if k != "space"}}
     return results

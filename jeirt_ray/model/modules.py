@@ -12,9 +12,12 @@ import torch
 from torch import nn
 
 
-def adapter(in_dim: int, hidden: int, out_dim: int, dropout: float) -> nn.Sequential:
-    """The paper's 2-layer MLP: Linear(D, h) -> ReLU -> Dropout -> Linear(h, d)."""
-    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, out_dim))
+def adapter(in_dim: int, hidden: int, out_dim: int, dropout: float, input_dropout: float = 0.0) -> nn.Sequential:
+    """The paper's 2-layer MLP: Linear(D, h) -> ReLU -> Dropout -> Linear(h, d), optionally with
+    dropout on the frozen embedding too (a regulariser against memorising training questions)."""
+    layers = [nn.Dropout(input_dropout)] if input_dropout > 0 else []
+    return nn.Sequential(*layers, nn.Linear(in_dim, hidden), nn.ReLU(), nn.Dropout(dropout),
+                         nn.Linear(hidden, out_dim))
 
 
 class JEIRT(nn.Module):
@@ -23,9 +26,9 @@ class JEIRT(nn.Module):
     kind = "jeirt"
 
     def __init__(self, in_dim: int, n_models: int, dim: int = 128, hidden: int | None = None,
-                 dropout: float = 0.1):
+                 dropout: float = 0.1, input_dropout: float = 0.0):
         super().__init__()
-        self.adapter = adapter(in_dim, hidden or 2 * in_dim, dim, dropout)
+        self.adapter = adapter(in_dim, hidden or 2 * in_dim, dim, dropout, input_dropout)
         self.models = nn.Embedding(n_models, dim)
         nn.init.normal_(self.models.weight, std=0.1)
 
@@ -98,7 +101,7 @@ class AmortizedIRT(nn.Module):
 def build_module(kind: str, in_dim: int, n_models: int, **kw) -> nn.Module:
     if kind == "jeirt":
         return JEIRT(in_dim, n_models, dim=kw.get("dim", 128), hidden=kw.get("hidden"),
-                     dropout=kw.get("dropout", 0.1))
+                     dropout=kw.get("dropout", 0.1), input_dropout=kw.get("input_dropout", 0.0))
     if kind == "mf":
         return MatrixFactorization(in_dim, n_models, dim=kw.get("dim", 128), dropout=kw.get("dropout", 0.1))
     if kind in ("irt1pl", "irt2pl"):

@@ -77,8 +77,8 @@ class Space:
         tensors = load_file(str(d / "weights.safetensors"))
         members = []
         for i in range(meta["n_members"]):
-            mod = build_module(config.kind, meta["in_dim"], len(meta["model_names"]), dim=config.dim,
-                               hidden=config.hidden, dropout=config.dropout)
+            mod = build_module(config.kind, meta["in_dim"], len(meta["model_names"]),
+                               **config.model_dump(exclude={"kind"}))
             prefix = f"member{i}."
             mod.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
             members.append(mod.eval())

@@ -26,6 +26,7 @@ class TrainConfig(BaseModel):
     dim: int = Field(128, ge=1)
     hidden: int | None = Field(None, ge=1, description="adapter width; default 2 x encoder dim")
     dropout: float = Field(0.1, ge=0, lt=1)
+    input_dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the frozen embedding (JE-IRT)")
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(1e-4, ge=0)
     question_batch: int = Field(256, ge=1, description="distinct questions per step")
@@ -109,8 +110,7 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
     torch.manual_seed(config.seed)
     X = torch.as_tensor(X, dtype=torch.float32)
     if module is None:
-        module = build_module(config.kind, X.shape[1], n_models, dim=config.dim, hidden=config.hidden,
-                              dropout=config.dropout)
+        module = build_module(config.kind, X.shape[1], n_models, **config.model_dump(exclude={"kind"}))
     net = wrap(module) if wrap else module
     opt = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     batcher = QuestionBatcher(train)
@@ -130,6 +130,9 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
             total += float(loss.detach()) * len(y)
             n += len(y)
         val_loss = float(F.binary_cross_entropy_with_logits(pair_logits(module, X, val), val.y))
+        if not np.isfinite(val_loss):
+            raise FloatingPointError(f"training {config.kind} diverged at epoch {epoch} (validation loss "
+                                     f"{val_loss}); lower the learning rate (now {config.lr})")
         row = {"epoch": epoch, "train_loss": total / max(n, 1), "val_loss": val_loss,
                "seconds": time.perf_counter() - start}
         history.append(row)

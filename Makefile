@@ -1,0 +1,32 @@
+# Two entry points for a fresh machine: `make demo` and `make test` (each creates .venv when missing).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU wheel of torch is the default (it lies on disk here, and it is small). GPU users:
+# `make demo TORCH_SPEC=torch` takes PyPI's default (CUDA) build on Linux, or install the build
+# you want into .venv first; pyproject.toml only asks for torch>=2.4, so pip keeps it.
+TORCH_SPEC ?= torch==2.13.0
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export RAY_USAGE_STATS_ENABLED ?= 0
+export MLFLOW_DISABLE_TELEMETRY ?= true
+
+.PHONY: demo test install clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[ray,test]"
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: $(BIN)/.installed
+	$(BIN)/jeirt demo
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -ra
+
+clean:
+	rm -rf $(VENV) .jeirt

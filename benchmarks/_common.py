@@ -1,0 +1,27 @@
+"""Shared bits of the benchmark scripts: argument defaults and the real-data check."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+def dataset_path(data: str | None, default: str) -> Path:
+    path = Path(data) if data else SHARED / default
+    if not path.exists():
+        sys.exit(f"dataset not found at {path.resolve()}: pass --data DIR")
+    return path
+
+
+def write_json(out: str, payload: dict) -> None:
+    payload = {**payload, "machine": {"python": platform.python_version(), "torch": torch.__version__,
+                                      "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine()}}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(payload, indent=1))
+    print(json.dumps(payload, indent=1))

@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+
+from jeirt_ray.encoders import EmbeddingCache, HashingEncoder, encode_cached, make_encoder, text_hash
+
+
+class CountingEncoder(HashingEncoder):
+    def __init__(self):
+        super().__init__(32)
+        self.calls = 0
+
+    def encode(self, texts, batch_size=64):
+        self.calls += len(texts)
+        return super().encode(texts, batch_size)
+
+
+def test_hashing_deterministic():
+    enc = HashingEncoder(64)
+    a = enc.encode(["What is two plus two?", "Capital of France"])
+    assert a.shape == (2, 64) and a.dtype == np.float32
+    assert np.array_equal(a, HashingEncoder(64).encode(["What is two plus two?", "Capital of France"]))
+    assert np.allclose(np.linalg.norm(a, axis=1), 1)
+
+
+def test_cache_second_run_encodes_nothing(tmp_path):
+    texts = ["a b c", "d e f", "a b c", "g h"]
+    enc = CountingEncoder()
+    first = encode_cached(enc, texts, tmp_path, chunk=2, progress=False)
+    assert enc.calls == 3  # duplicates encoded once
+    again = encode_cached(enc, texts, tmp_path, progress=False)
+    assert enc.calls == 3 and np.array_equal(first, again)
+    # a fresh cache object reads the shards from disk
+    assert len(EmbeddingCache(tmp_path, enc.encoder_id)) == 3
+    assert np.array_equal(EmbeddingCache(tmp_path, enc.encoder_id).get([text_hash("g h")])[0], first[3])
+
+
+def test_cache_keyed_by_encoder(tmp_path):
+    encode_cached(HashingEncoder(16), ["x"], tmp_path, progress=False)
+    encode_cached(HashingEncoder(32), ["x"], tmp_path, progress=False)
+    assert len(EmbeddingCache(tmp_path, "hashing-16")) == 1 and len(EmbeddingCache(tmp_path, "hashing-32")) == 1
+
+
+def test_make_encoder_specs():
+    assert make_encoder("hashing").dim == 384 and make_encoder("hashing-64").dim == 64
+
+
+@pytest.mark.encoder
+def test_bundled_minilm_offline():
+    enc = make_encoder()
+    assert enc.encoder_id == "st:sentence-transformers/all-MiniLM-L6-v2"
+    v = enc.encode(["What is the capital of France?", "Paris is the capital of France.", "Solve 2x + 3 = 7."])
+    assert v.shape == (3, 384)
+    sims = v @ v.T
+    assert sims[0, 1] > sims[0, 2]  # a real encoder: the related sentences are closer
