@@ -15,7 +15,7 @@ from .model.train import TrainConfig, fit
 
 METHODS = ("jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl")
 # The JE-IRT recipe chosen on validation data (see README, "How the defaults were chosen").
-JEIRT_DEFAULT = TrainConfig(kind="jeirt", dim=256, dropout=0.1, input_dropout=0.5, lr=3e-4, weight_decay=0.05)
+JEIRT_DEFAULT = TrainConfig(kind="jeirt", dim=512, dropout=0.1, input_dropout=0.8, lr=3e-4, weight_decay=0.05)
 JEIRT_MEMBERS = 5
 # Matrix factorisation gets its dimension chosen on validation from this grid.
 MF_DIMS = (64, 128, 256)

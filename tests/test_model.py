@@ -108,3 +108,18 @@ def test_evaluate_all_methods(prep):
     # the data is drawn from a JE-IRT geometry: JE-IRT must beat the question-blind majority
     assert res["jeirt"]["test_accuracy"] > res["majority"]["test_accuracy"] + 0.03
     assert res["jeirt"]["log_loss"] < res["majority"]["log_loss"]
+
+
+@pytest.mark.real_data
+def test_real_theoremqa_jeirt_beats_majority():
+    """Real LLM results (theoremqa, 18 models): JE-IRT on the hashing encoder must beat the
+    question-blind per-model majority on unseen questions."""
+    from jeirt_ray.data import load_data
+
+    from .conftest import shared_dataset
+    data = load_data(shared_dataset("theoremqa"))
+    prep = prepare(data, HashingEncoder(384), seed=0, progress=False)
+    cfg = TrainConfig(kind="jeirt", dim=64, input_dropout=0.5, lr=1e-3)
+    res = evaluate(prep, ("jeirt", "majority"), jeirt_config=cfg, jeirt_members=2, progress=False)
+    assert res["jeirt"]["log_loss"] < res["majority"]["log_loss"]
+    assert res["jeirt"]["auc"] > res["majority"]["auc"] + 0.01

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+DENSE_LIMIT = 1 << 22  # largest (questions x models) logit block computed densely per batch
+
 
 def adapter(in_dim: int, hidden: int, out_dim: int, dropout: float, input_dropout: float = 0.0) -> nn.Sequential:
     """The paper's 2-layer MLP: Linear(D, h) -> ReLU -> Dropout -> Linear(h, d), optionally with
@@ -43,6 +45,10 @@ class JEIRT(nn.Module):
 
     def forward(self, x: torch.Tensor, q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         u, norm = self.split(self.question_vectors(x))
+        if u.shape[0] * self.models.num_embeddings <= DENSE_LIMIT:
+            # one small (questions x models) product, then gather: far cheaper than gathering
+            # a d-dimensional vector per pair
+            return (u @ self.models.weight.T)[q, m] - norm[q]
         return (u[q] * self.models(m)).sum(-1) - norm[q]
 
     def score_all(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,109 @@
+"""Router accuracy on held-out questions: JE-IRT policies against the reference routers.
+
+    python benchmarks/routing_quality.py [--data DIR] --out results/routing.json [--costs costs.json]
+
+Split by question (80/10/10, --split-seed). JE-IRT (the default recipe), matrix factorisation
+and KNN are trained on the training questions; every policy's settings are chosen on the
+validation questions; figures are on the test questions, with 95% bootstrap intervals over
+questions. Best-on-average and per-benchmark best are chosen on training labels; only
+per-benchmark best reads a query's benchmark label. Candidates per question: the LLMs with a
+label for it (see jeirt_ray/routing/evaluate.py). With --costs (JSON {model: price}), the
+accuracy-vs-average-cost curve of the default policy traded against cost is added.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from _common import dataset_path, write_json
+from jeirt_ray import paths
+from jeirt_ray.data import load_data
+from jeirt_ray.encoders import make_encoder
+from jeirt_ray.evaluation import predictors
+from jeirt_ray.experiment import prepare
+from jeirt_ray.routing.evaluate import available_argmax, baseline_routers, bootstrap_ci, routed_labels
+from jeirt_ray.routing.policies import SignalBuilder, candidate_policies, policy_accuracy, select_policy
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", help="dataset folder (default ../shared/data/mmlu_pro)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--encoder", default="all-MiniLM-L6-v2")
+    ap.add_argument("--split-seed", type=int, default=0)
+    ap.add_argument("--members", type=int, default=None, help="JE-IRT ensemble size (default: the recipe's)")
+    ap.add_argument("--costs", help="JSON file {model: cost per call}")
+    args = ap.parse_args()
+
+    data = load_data(dataset_path(args.data, "mmlu_pro"))
+    prep = prepare(data, make_encoder(args.encoder), seed=args.split_seed, cache_root=paths.cache_dir())
+    train = prep.pairs("train")
+    tq, tm, ty = train.q.numpy(), train.m.numpy(), train.y.numpy()
+    L = data.label_matrix()
+    parts = {}
+    for name, which in (("val", 1), ("test", 2)):
+        rows = prep.split.questions(which)
+        rows = rows[(~np.isnan(L[rows])).any(1)]
+        parts[name] = (rows, L[rows])
+
+    kw = {"jeirt_members": args.members} if args.members else {}
+    probs = {}
+    for name, predict, seconds, info in predictors(prep, ("jeirt", "mf", "knn"), progress=False, **kw):
+        probs[name] = {part: predict(rows) for part, (rows, _) in parts.items()}
+        print(f"trained {name} in {seconds:.0f}s", flush=True)
+
+    builder = SignalBuilder(prep.X, np.unique(tq), tq, tm, ty, data.benchmarks, data.n_models)
+    signals = {part: builder.build(probs["jeirt"][part], rows, prep.X) for part, (rows, _) in parts.items()}
+    candidates = candidate_policies(has_topic=signals["val"].topic is not None)
+    chosen, val_table = select_policy(signals["val"], parts["val"][1], candidates)
+
+    test_rows, test_labels = parts["test"]
+    available = ~np.isnan(test_labels)
+    per_q = baseline_routers(test_labels, tm, ty, data.benchmarks[tq], data.benchmarks[test_rows])
+    for name in ("jeirt", "mf", "knn"):
+        per_q[f"{name}_argmax"] = routed_labels(available_argmax(probs[name]["test"], available), test_labels)
+    per_q["router"] = routed_labels(chosen.choose(signals["test"], available), test_labels)
+
+    # every policy tried, with its validation and test figures; and the best of each family
+    policies = [{**row, "test_accuracy": policy_accuracy(p, signals["test"], test_labels)}
+                for p, row in zip(candidates, val_table)]
+    families = {}
+    for row in policies:
+        fam = row["policy"]["name"]
+        if fam not in families or row["val_accuracy"] > families[fam]["val_accuracy"]:
+            families[fam] = row
+
+    result = {
+        "data": data.name, "split_seed": args.split_seed, "n_val_questions": len(parts["val"][0]),
+        "n_test_questions": len(test_rows), "encoder": prep.encoder_id,
+        "default_policy": chosen.model_dump(),
+        "router_accuracy": float(per_q["router"].mean()),
+        "router_ci95": bootstrap_ci(per_q["router"]),
+        **{k: float(v.mean()) for k, v in per_q.items() if k != "router"},
+        "ci95": {k: bootstrap_ci(v) for k, v in per_q.items()},
+        "paired_diff_vs_per_benchmark_best_ci95": bootstrap_ci(per_q["router"] - per_q["per_benchmark_best"]),
+        "paired_diff_vs_best_average_ci95": bootstrap_ci(per_q["router"] - per_q["best_average"]),
+        "best_policy_per_family": families,
+        "policies": policies,
+    }
+    if args.costs:
+        costs = json.loads(open(args.costs).read())
+        missing = [m for m in data.models if m not in costs]
+        if missing:
+            raise SystemExit(f"{args.costs}: no cost for {missing[:5]}")
+        c = np.array([costs[m] for m in data.models], dtype=float)
+        scores = chosen.scores(signals["test"])
+        curve = []
+        for lam in np.concatenate([[0.0], np.geomspace(1e-3, 10, 25) / max(c.max(), 1e-12)]):
+            pick = available_argmax(scores - lam * c[None, :], available)
+            curve.append({"lambda": float(lam), "avg_cost": float(c[pick].mean()),
+                          "accuracy": float(routed_labels(pick, test_labels).mean())})
+        result["cost_curve"] = curve
+    write_json(args.out, result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+import numpy as np
+import pytest
+
+from jeirt_ray.encoders import HashingEncoder
+from jeirt_ray.evaluation import train_space
+from jeirt_ray.experiment import prepare
+from jeirt_ray.model.train import TrainConfig
+from jeirt_ray.routing.evaluate import (available_argmax, baseline_routers, bootstrap_ci, routed_labels,
+                                        train_rates)
+from jeirt_ray.routing.policies import (Policy, RoutingSignals, SignalBuilder, candidate_policies,
+                                        policy_accuracy, select_policy)
+
+NAN = np.nan
+
+
+def test_baseline_routers_by_hand():
+    # training: model 0 is best overall, model 1 is best on benchmark "b"
+    train_m = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    train_y = np.array([1, 1, 1, 0, 0, 0, 1, 1], dtype=float)
+    train_b = np.array(["a", "a", "b", "b", "a", "a", "b", "b"])
+    labels = np.array([[1, 0], [0, 1], [NAN, 1], [0, NAN]])  # test questions, NaN = unobserved
+    test_b = np.array(["a", "b", "b", "a"])
+    r = baseline_routers(labels, train_m, train_y, train_b, test_b)
+    assert r["oracle"].tolist() == [1, 1, 1, 0]
+    # best average = model 0 (0.75 vs 0.5); where it has no label, the next best available
+    assert r["best_average"].tolist() == [1, 0, 1, 0]
+    # per benchmark: a -> model 0 (1.0 vs 0.0), b -> model 1 (1.0 vs 0.5)
+    assert r["per_benchmark_best"].tolist() == [1, 1, 1, 0]
+
+
+def test_router_never_picks_unlabelled():
+    labels = np.array([[NAN, 0.0, 1.0]])
+    assert available_argmax(np.array([[9.0, 1.0, 0.0]]), ~np.isnan(labels)).tolist() == [1]
+    with pytest.raises(ValueError, match="no label"):
+        routed_labels(np.array([0]), labels)
+
+
+def test_bootstrap_ci():
+    v = np.random.default_rng(0).random(500)
+    lo, hi = bootstrap_ci(v)
+    assert lo < v.mean() < hi and hi - lo < 0.1
+
+
+def test_train_rates_groups():
+    rates = train_rates(2, np.array([0, 0, 1]), np.array([1.0, 0.0, 1.0]), np.array([0, 1, 1]), 2)
+    assert rates[0, 0] == 1 and rates[1, 0] == 0 and rates[1, 1] == 1 and np.isnan(rates[0, 1])
+
+
+def test_margin_policy_falls_back_to_best_average():
+    s = RoutingSignals(p=np.array([[0.50, 0.55], [0.2, 0.9]]), prior=np.array([0.7, 0.6]))
+    avail = np.ones((2, 2), bool)
+    assert Policy().choose(s, avail).tolist() == [1, 1]
+    assert Policy(name="margin", margin=0.1).choose(s, avail).tolist() == [0, 1]
+
+
+@pytest.fixture(scope="module")
+def routed():
+    """Synthetic data whose LLMs have planted topic specialities, so a question-aware router
+    must beat the best-on-average LLM."""
+    from jeirt_ray.data.synthetic import generate
+    data = generate(n_models=16, n_questions=3000, seed=1)
+    prep = prepare(data, HashingEncoder(256), seed=0, progress=False)
+    cfg = TrainConfig(kind="jeirt", dim=8, lr=3e-3, input_dropout=0.3, max_epochs=200, patience=15)
+    space = train_space(prep, cfg, members=1, progress=False)
+    return prep, space
+
+
+def test_router_beats_best_average_on_planted_specialities(routed):
+    prep, space = routed
+    data = prep.data
+    train = prep.pairs("train")
+    tq, tm, ty = train.q.numpy(), train.m.numpy(), train.y.numpy()
+    L = data.label_matrix()
+    rows = prep.split.questions(2)
+    labels = L[rows]
+    base = baseline_routers(labels, tm, ty, data.benchmarks[tq], data.benchmarks[rows])
+    # expected correctness under the true geometry, not the noisy labels
+    p_true = data.extra["p_true"][rows]
+    avail = ~np.isnan(labels)
+    chosen = available_argmax(space.predict_proba(prep.X[rows]), avail)
+    best_avg_model = available_argmax(np.tile(np.nanmean(L[prep.split.questions(0)], 0), (len(rows), 1)), avail)
+    router_true = p_true[np.arange(len(rows)), chosen].mean()
+    best_avg_true = p_true[np.arange(len(rows)), best_avg_model].mean()
+    assert router_true > best_avg_true + 0.03
+    assert routed_labels(chosen, labels).mean() > base["best_average"].mean()
+
+    builder = SignalBuilder(prep.X, np.unique(tq), tq, tm, ty, data.benchmarks, data.n_models, ks=(10, 50))
+    val_rows = prep.split.questions(1)
+    sig = builder.build(space.predict_proba(prep.X[val_rows]), val_rows, prep.X)
+    cands = candidate_policies(ks=(10, 50))
+    best, table = select_policy(sig, L[val_rows], cands)
+    assert len(table) == len(cands)
+    assert policy_accuracy(best, sig, L[val_rows]) == max(r["val_accuracy"] for r in table)
