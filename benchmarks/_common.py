@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import sys
@@ -10,6 +11,16 @@ from pathlib import Path
 import torch
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """The options every benchmark takes: --data, --out, --encoder, --split-seed."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", help="dataset folder (default ../shared/data/mmlu_pro)")
+    ap.add_argument("--out", required=True, help="JSON file to write")
+    ap.add_argument("--encoder", default="all-MiniLM-L6-v2")
+    ap.add_argument("--split-seed", type=int, default=0)
+    return ap
 
 
 def dataset_path(data: str | None, default: str) -> Path:

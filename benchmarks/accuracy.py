@@ -9,11 +9,10 @@ README); matrix factorisation has its dimension and KNN its k chosen on validati
 
 from __future__ import annotations
 
-import argparse
 
 import numpy as np
 
-from _common import dataset_path, write_json
+from _common import dataset_path, parser, write_json
 from jeirt_ray import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.encoders import make_encoder
@@ -22,11 +21,7 @@ from jeirt_ray.experiment import prepare
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", help="dataset folder (default ../shared/data/mmlu_pro)")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--encoder", default="all-MiniLM-L6-v2")
-    ap.add_argument("--split-seed", type=int, default=0)
+    ap = parser(__doc__)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--methods", default=",".join(METHODS))
     args = ap.parse_args()

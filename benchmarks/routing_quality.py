@@ -13,12 +13,11 @@ accuracy-vs-average-cost curve of the default policy traded against cost is adde
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 
-from _common import dataset_path, write_json
+from _common import dataset_path, parser, write_json
 from jeirt_ray import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.encoders import make_encoder
@@ -29,11 +28,7 @@ from jeirt_ray.routing.policies import SignalBuilder, candidate_policies, policy
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", help="dataset folder (default ../shared/data/mmlu_pro)")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--encoder", default="all-MiniLM-L6-v2")
-    ap.add_argument("--split-seed", type=int, default=0)
+    ap = parser(__doc__)
     ap.add_argument("--members", type=int, default=None, help="JE-IRT ensemble size (default: the recipe's)")
     ap.add_argument("--costs", help="JSON file {model: cost per call}")
     args = ap.parse_args()

@@ -11,7 +11,6 @@ question), the project's default recipe. Same split, same frozen embeddings, one
 
 from __future__ import annotations
 
-import argparse
 import copy
 import time
 
@@ -19,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from _common import dataset_path, write_json
+from _common import dataset_path, parser, write_json
 from jeirt_ray import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.encoders import make_encoder
@@ -74,15 +73,12 @@ def reference_fit(X, n_models, train, val, dim, hidden, max_epochs, patience=10,
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", help="dataset folder (default ../shared/data/mmlu_pro)")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--encoder", default="all-MiniLM-L6-v2")
+    ap = parser(__doc__)
     ap.add_argument("--reference-max-epochs", type=int, default=100)
     args = ap.parse_args()
 
     data = load_data(dataset_path(args.data, "mmlu_pro"))
-    prep = prepare(data, make_encoder(args.encoder), seed=0, cache_root=paths.cache_dir())
+    prep = prepare(data, make_encoder(args.encoder), seed=args.split_seed, cache_root=paths.cache_dir())
     X = prep.Xt
     train, val = prep.pairs("train"), prep.pairs("val")
     cfg = JEIRT_DEFAULT
