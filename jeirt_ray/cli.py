@@ -95,6 +95,8 @@ def demo(out: Path = typer.Option(None, help="output folder (default: $JEIRT_HOM
     spaces: dict = {}
     results = run(prep, spaces=spaces)
     console.print(_results_table(results, "SYNTHETIC data, split by question (80/10/10), seed 0"))
+    console.print(f"JE-IRT recipe chosen on validation loss: {results['jeirt']['recipe']!r} "
+                  f"({spaces['jeirt'].metadata['recipe_val_loss']})")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     spaces["jeirt"].save(out / "space")
@@ -109,12 +111,13 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int =
           members: int = typer.Option(None, help="ensemble size (seeds)"),
           out: Path = typer.Option(Path(".jeirt/spaces/latest"), help="folder to save the space in")):
     """Train a JE-IRT space (single process) and save it as safetensors + JSON."""
-    from .evaluation import JEIRT_DEFAULT, JEIRT_MEMBERS, train_space
+    from .evaluation import JEIRT_MEMBERS, train_space
     prep = _prepare(data, encoder, seed)
-    space = train_space(prep, JEIRT_DEFAULT, members or JEIRT_MEMBERS)
+    space = train_space(prep, None, members or JEIRT_MEMBERS)
     space.save(out)
     prep.split.save(out / "split.json", prep.data)
-    console.print(f"saved the space ({len(space.members)} members, {len(space.model_names)} LLMs) to {out}")
+    console.print(f"saved the space ({len(space.members)} members of the {space.metadata['recipe']!r} recipe, "
+                  f"{len(space.model_names)} LLMs) to {out}")
 
 
 @app.command()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
 
 from .experiment import Prepared, pair_probs
@@ -14,39 +13,51 @@ from .model.space import Space
 from .model.train import TrainConfig, fit
 
 METHODS = ("jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl")
-# The JE-IRT recipe chosen on validation data (see README, "How the defaults were chosen").
-JEIRT_DEFAULT = TrainConfig(kind="jeirt", dim=512, dropout=0.1, input_dropout=0.8, lr=3e-4, weight_decay=0.05)
+# JE-IRT recipes (README, "How the defaults were chosen"). Which one a dataset gets is decided
+# by the validation loss of each recipe's first seed: heavy regularisation wins on large real
+# data (mmlu_pro), a small light model on small data (the synthetic demo).
+JEIRT_RECIPES = {
+    "regularised": TrainConfig(kind="jeirt", dim=512, dropout=0.1, input_dropout=0.8, lr=3e-4, weight_decay=0.05),
+    "light": TrainConfig(kind="jeirt", dim=16, dropout=0.1, input_dropout=0.0, lr=3e-3, weight_decay=1e-4),
+}
 JEIRT_MEMBERS = 5
 # Matrix factorisation gets its dimension chosen on validation from this grid.
 MF_DIMS = (64, 128, 256)
 
 
-def train_space(prep: Prepared, config: TrainConfig = JEIRT_DEFAULT, members: int = JEIRT_MEMBERS,
+def train_space(prep: Prepared, config: TrainConfig | None = None, members: int = JEIRT_MEMBERS, seed: int = 0,
                 progress: bool = True) -> Space:
-    """Train `members` seeds of one recipe on prep's training pairs into one Space."""
+    """Train `members` seeds (seed, seed + 1, ...) of one recipe into one Space (an ensemble).
+    Without `config`, the recipe is chosen from JEIRT_RECIPES by the validation loss of its
+    first seed, which is kept as member 0."""
     train, val = prep.pairs("train"), prep.pairs("val")
-    fitted, history = [], []
-    for i in range(members):
-        cfg = config.model_copy(update={"seed": config.seed + i})
-        result = fit(prep.X, prep.data.n_models, train, val, cfg, progress=progress)
-        fitted.append(result.module)
-        history.append({"seed": cfg.seed, "best_val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
-                        "seconds": result.seconds})
-    return Space(fitted, config, prep.encoder_id, prep.X.shape[1], prep.data.models.tolist(),
-                 prep.data.question_ids.tolist(),
+
+    def run(cfg: TrainConfig, i: int):
+        return fit(prep.X, prep.data.n_models, train, val, cfg.model_copy(update={"seed": seed + i}),
+                   progress=progress)
+
+    if config is None:
+        trials = {name: run(recipe, 0) for name, recipe in JEIRT_RECIPES.items()}
+        recipe = min(trials, key=lambda name: trials[name].best_val_loss)
+        config, results = JEIRT_RECIPES[recipe], [trials[recipe]]
+        chosen = {"recipe": recipe, "recipe_val_loss": {k: r.best_val_loss for k, r in trials.items()}}
+    else:
+        results, chosen = [], {"recipe": "given"}
+    results += [run(config, i) for i in range(len(results), members)]
+    history = [{"seed": seed + i, "best_val_loss": r.best_val_loss, "best_epoch": r.best_epoch, "seconds": r.seconds}
+               for i, r in enumerate(results)]
+    return Space([r.module for r in results], config.model_copy(update={"seed": seed}), prep.encoder_id,
+                 prep.X.shape[1], prep.data.models.tolist(), prep.data.question_ids.tolist(),
                  metadata={"data": prep.data.name, "data_fingerprint": prep.data.fingerprint(),
-                           "split": {"kind": prep.split.kind, "seed": prep.split.seed}, "members": history})
+                           "split": {"kind": prep.split.kind, "seed": prep.split.seed}, "members": history,
+                           **chosen})
 
 
-def _val_loss(prob_all: np.ndarray, rows: np.ndarray, prep: Prepared) -> float:
-    val = prep.pairs("val")
-    return binary_metrics(pair_probs(prob_all, rows, val), val.y.numpy())["log_loss"]
-
-
-def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig = JEIRT_DEFAULT,
+def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig | None = None,
                jeirt_members: int = JEIRT_MEMBERS, train_seed: int = 0, progress: bool = True):
     """Yield (name, predict_all(question_rows) -> (n, n_models) probabilities, train seconds, info).
-    `train_seed` seeds every trained method (JE-IRT members take seeds 100*train_seed + i)."""
+    `train_seed` seeds every trained method (JE-IRT members take seeds 100*train_seed + i).
+    Without `jeirt_config`, JE-IRT's recipe is chosen on validation (see train_space)."""
     train = prep.pairs("train")
     q, m, y = train.q.numpy(), train.m.numpy(), train.y.numpy()
     n_models = prep.data.n_models
@@ -54,10 +65,10 @@ def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig = J
         start = time.perf_counter()
         info: dict = {}
         if name == "jeirt":
-            cfg = jeirt_config.model_copy(update={"seed": jeirt_config.seed + 100 * train_seed})
-            space = train_space(prep, cfg, jeirt_members, progress)
+            space = train_space(prep, jeirt_config, jeirt_members, seed=100 * train_seed, progress=progress)
             predict = lambda rows, s=space: s.predict_proba(prep.X[rows])
-            info = {"members": jeirt_members, "config": jeirt_config.model_dump(), "space": space}
+            info = {"members": jeirt_members, "recipe": space.metadata["recipe"], "config": space.config.model_dump(),
+                    "space": space}
         elif name == "mf":
             best = None
             for dim in MF_DIMS:
