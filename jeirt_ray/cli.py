@@ -109,11 +109,13 @@ def demo(out: Path = typer.Option(None, help="output folder (default: $JEIRT_HOM
 @app.command()
 def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
           members: int = typer.Option(None, help="ensemble size (seeds)"),
-          out: Path = typer.Option(Path(".jeirt/spaces/latest"), help="folder to save the space in")):
+          out: Optional[Path] = typer.Option(None, help="folder to save the space in "
+                                                        "(default: $JEIRT_HOME/spaces/<data name>)")):
     """Train a JE-IRT space (single process) and save it as safetensors + JSON."""
     from .evaluation import JEIRT_MEMBERS, train_space
     prep = _prepare(data, encoder, seed)
     space = train_space(prep, None, members or JEIRT_MEMBERS)
+    out = out or paths.home() / "spaces" / prep.data.name
     space.save(out)
     prep.split.save(out / "split.json", prep.data)
     console.print(f"saved the space ({len(space.members)} members of the {space.metadata['recipe']!r} recipe, "
@@ -150,14 +152,14 @@ def data_synth(out: Path = typer.Option(..., help="folder to write questions/res
 
 @data_app.command("fetch")
 def data_fetch(dataset: str = typer.Argument(..., help="only 'embedllm' for now"),
-               out: Path = typer.Option(Path(".jeirt/data/embedllm"))):
+               out: Optional[Path] = typer.Option(None, help="default: $JEIRT_HOME/data/embedllm")):
     """Download a public dataset (needs network access to the Hugging Face hub)."""
     from .data import fetch_embedllm
     if dataset != "embedllm":
         console.print(f"[red]unknown dataset {dataset!r}[/red]; available: embedllm")
         raise typer.Exit(2)
     try:
-        target = fetch_embedllm(out)
+        target = fetch_embedllm(out or paths.home() / "data" / "embedllm")
     except RuntimeError as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(1)

@@ -34,3 +34,16 @@ def test_synth_then_evaluate_and_train(tmp_path, monkeypatch):
     assert (tmp_path / "space" / "weights.safetensors").exists() and (tmp_path / "space" / "split.json").exists()
     # the embedding cache lives under JEIRT_HOME
     assert any((tmp_path / "home" / "cache").rglob("*.parquet"))
+
+
+def test_demo_main_job(tmp_path, monkeypatch):
+    """The README's main job, end to end (hashing encoder to keep it quick)."""
+    from jeirt_ray.model.space import Space
+    monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
+    r = runner.invoke(app, ["demo", "--encoder", "hashing"])
+    assert r.exit_code == 0, r.output
+    assert "SYNTHETIC" in r.output and "recipe chosen on validation" in r.output
+    res = json.loads((tmp_path / "demo" / "results.json").read_text())
+    assert set(res) == {"jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl"}
+    space = Space.load(tmp_path / "demo" / "space")
+    assert len(space.members) == 5 and space.metadata["recipe"] in ("light", "regularised")
