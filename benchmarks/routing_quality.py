@@ -23,7 +23,8 @@ from jeirt_ray.data import load_data
 from jeirt_ray.encoders import make_encoder
 from jeirt_ray.evaluation import predictors
 from jeirt_ray.experiment import prepare
-from jeirt_ray.routing.evaluate import available_argmax, baseline_routers, bootstrap_ci, routed_labels
+from jeirt_ray.routing.evaluate import (available_argmax, baseline_routers, bootstrap_ci, cost_curve,
+                                        routed_labels)
 from jeirt_ray.routing.policies import SignalBuilder, candidate_policies, policy_accuracy, select_policy
 
 
@@ -90,12 +91,7 @@ def main():
         if missing:
             raise SystemExit(f"{args.costs}: no cost for {missing[:5]}")
         c = np.array([costs[m] for m in data.models], dtype=float)
-        scores = chosen.scores(signals["test"])
-        curve = []
-        for lam in np.concatenate([[0.0], np.geomspace(1e-3, 10, 25) / max(c.max(), 1e-12)]):
-            pick = available_argmax(scores - lam * c[None, :], available)
-            curve.append({"lambda": float(lam), "avg_cost": float(c[pick].mean()),
-                          "accuracy": float(routed_labels(pick, test_labels).mean())})
+        curve = cost_curve(chosen.scores(signals["test"]), c, test_labels)
         result["cost_curve"] = curve
     write_json(args.out, result)
 

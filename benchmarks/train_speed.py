@@ -11,7 +11,6 @@ question), the project's default recipe. Same split, same frozen embeddings, one
 
 from __future__ import annotations
 
-import copy
 import time
 
 import torch

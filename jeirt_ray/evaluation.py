@@ -53,6 +53,19 @@ def train_space(prep: Prepared, config: TrainConfig | None = None, members: int 
                            **chosen})
 
 
+def _space_predictor(space: Space, X):
+    def predict(rows):
+        return space.predict_proba(X[rows])
+    return predict
+
+
+def _module_predictor(module: torch.nn.Module, X: torch.Tensor):
+    @torch.no_grad()
+    def predict(rows):
+        return torch.sigmoid(module.eval().score_all(X[rows])).numpy()
+    return predict
+
+
 def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig | None = None,
                jeirt_members: int = JEIRT_MEMBERS, train_seed: int = 0, progress: bool = True):
     """Yield (name, predict_all(question_rows) -> (n, n_models) probabilities, train seconds, info).
@@ -66,7 +79,7 @@ def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig | N
         info: dict = {}
         if name == "jeirt":
             space = train_space(prep, jeirt_config, jeirt_members, seed=100 * train_seed, progress=progress)
-            predict = lambda rows, s=space: s.predict_proba(prep.X[rows])
+            predict = _space_predictor(space, prep.X)
             info = {"members": jeirt_members, "recipe": space.metadata["recipe"], "config": space.config.model_dump(),
                     "space": space}
         elif name == "mf":
@@ -77,12 +90,12 @@ def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig | N
                 if best is None or r.best_val_loss < best[0]:
                     best = (r.best_val_loss, dim, r.module)
             mod = best[2]
-            predict = lambda rows, mod=mod: torch.sigmoid(mod.score_all(prep.Xt[rows])).detach().numpy()
+            predict = _module_predictor(mod, prep.Xt)
             info = {"dim": best[1], "chosen_from": list(MF_DIMS)}
         elif name in ("irt1pl", "irt2pl"):
             r = fit(prep.X, n_models, train, prep.pairs("val"), TrainConfig(kind=name, seed=train_seed),
                   progress=progress)
-            predict = lambda rows, mod=r.module: torch.sigmoid(mod.score_all(prep.Xt[rows])).detach().numpy()
+            predict = _module_predictor(r.module, prep.Xt)
         elif name == "knn":
             knn = KNN().fit(prep.X, n_models, q, m, y)
             val = prep.pairs("val")

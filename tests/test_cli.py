@@ -4,7 +4,6 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from jeirt_ray.cli import app
-from jeirt_ray.data.synthetic import generate
 
 runner = CliRunner()
 

@@ -1,10 +1,9 @@
-import gzip
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from jeirt_ray.data import (DataError, ResponseData, Split, load_data, load_embedllm, load_long_format,
+from jeirt_ray.data import (DataError, Split, load_data, load_embedllm, load_long_format,
                             split_by_model, split_by_question, split_leave_benchmark_out)
 
 from .conftest import shared_dataset

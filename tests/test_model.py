@@ -4,7 +4,7 @@ import torch
 
 from jeirt_ray.encoders import HashingEncoder
 from jeirt_ray.evaluation import evaluate, train_space
-from jeirt_ray.experiment import pair_probs, prepare
+from jeirt_ray.experiment import prepare
 from jeirt_ray.model.modules import JEIRT, build_module
 from jeirt_ray.model.space import Space
 from jeirt_ray.model.train import Pairs, QuestionBatcher, TrainConfig, fit

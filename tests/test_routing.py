@@ -5,7 +5,7 @@ from jeirt_ray.encoders import HashingEncoder
 from jeirt_ray.evaluation import train_space
 from jeirt_ray.experiment import prepare
 from jeirt_ray.model.train import TrainConfig
-from jeirt_ray.routing.evaluate import (available_argmax, baseline_routers, bootstrap_ci, routed_labels,
+from jeirt_ray.routing.evaluate import (available_argmax, baseline_routers, bootstrap_ci, cost_curve, routed_labels,
                                         train_rates)
 from jeirt_ray.routing.policies import (Policy, RoutingSignals, SignalBuilder, candidate_policies,
                                         policy_accuracy, select_policy)
@@ -91,3 +91,14 @@ def test_router_beats_best_average_on_planted_specialities(routed):
     best, table = select_policy(sig, L[val_rows], cands)
     assert len(table) == len(cands)
     assert policy_accuracy(best, sig, L[val_rows]) == max(r["val_accuracy"] for r in table)
+
+
+def test_cost_curve_trades_accuracy_for_cost():
+    # model 0: expensive and always right; model 1: cheap and right half the time
+    labels = np.array([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
+    scores = np.tile([0.9, 0.5], (4, 1))
+    curve = cost_curve(scores, np.array([10.0, 1.0]), labels)
+    assert curve[0] == {"lambda": 0.0, "avg_cost": 10.0, "accuracy": 1.0}  # cost ignored
+    assert curve[-1]["avg_cost"] == 1.0 and curve[-1]["accuracy"] == 0.5  # cheapest everywhere
+    costs = [p["avg_cost"] for p in curve]
+    assert costs == sorted(costs, reverse=True)
