@@ -74,7 +74,9 @@ def evaluate(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: in
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1))
-        console.print(f"wrote {out}")
+        split_file = out.with_name(out.stem + ".split.json")
+        prep.split.save(split_file, prep.data)
+        console.print(f"wrote {out} and the split it used to {split_file}")
 
 
 @app.command()

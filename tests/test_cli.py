@@ -26,6 +26,7 @@ def test_synth_then_evaluate_and_train(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     res = json.loads(out.read_text())
     assert set(res) == {"jeirt", "knn", "majority"}
+    assert json.loads((tmp_path / "res.split.json").read_text())["kind"] == "by_question"
     assert {"test_accuracy", "auc", "log_loss", "train_seconds"} <= set(res["jeirt"])
     r = runner.invoke(app, ["train", "--data", str(tmp_path / "d"), "--encoder", "hashing", "--members", "1",
                             "--out", str(tmp_path / "space")])
