@@ -16,6 +16,9 @@ app = typer.Typer(help="JE-IRT for LLMs: embed LLMs and questions in one space, 
                   no_args_is_help=True, pretty_exceptions_enable=False)
 data_app = typer.Typer(help="Import, generate and check response data.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+registry_app = typer.Typer(help="The MLflow registry of trained spaces (MLFLOW_TRACKING_URI, default "
+                                "sqlite under $JEIRT_HOME).", no_args_is_help=True)
+app.add_typer(registry_app, name="registry")
 console = Console()
 
 DataOpt = typer.Option(None, "--data", help="dataset folder (long format or EmbedLLM CSVs); "
@@ -112,7 +115,8 @@ def demo(out: Path = typer.Option(None, help="output folder (default: $JEIRT_HOM
 def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
           members: int = typer.Option(None, help="ensemble size (seeds)"),
           out: Optional[Path] = typer.Option(None, help="folder to save the space in "
-                                                        "(default: $JEIRT_HOME/spaces/<data name>)")):
+                                                        "(default: $JEIRT_HOME/spaces/<data name>)"),
+          register: Optional[str] = typer.Option(None, help="also register the space under this name in MLflow")):
     """Train a JE-IRT space (single process) and save it as safetensors + JSON."""
     from .evaluation import JEIRT_MEMBERS, train_space
     prep = _prepare(data, encoder, seed)
@@ -122,6 +126,13 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int =
     prep.split.save(out / "split.json", prep.data)
     console.print(f"saved the space ({len(space.members)} members of the {space.metadata['recipe']!r} recipe, "
                   f"{len(space.model_names)} LLMs) to {out}")
+    if register:
+        from .registry import Registry
+        reg = Registry()
+        best_val = min(m["best_val_loss"] for m in space.metadata["members"])
+        version = reg.register(space, register, {"best_member_val_loss": best_val})
+        console.print(f"registered as {register} version {version} in {reg.tracking_uri}; "
+                      f"promote with: jeirt registry promote {register} {version}")
 
 
 @app.command()
@@ -166,6 +177,28 @@ def data_fetch(dataset: str = typer.Argument(..., help="only 'embedllm' for now"
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(1)
     console.print(f"downloaded to {target}; use it with --data {target}")
+
+
+@registry_app.command("list")
+def registry_list(name: str = typer.Argument(..., help="registered model name")):
+    """Versions of a registered space, with aliases and metrics."""
+    from .registry import Registry
+    reg = Registry()
+    table = Table(title=f"{name} in {reg.tracking_uri}")
+    for col in ("version", "aliases", "metrics", "data"):
+        table.add_column(col)
+    for row in reg.versions(name):
+        metrics = ", ".join(f"{k[7:]}={v}" for k, v in row["tags"].items() if k.startswith("metric."))
+        table.add_row(str(row["version"]), ", ".join(row["aliases"]), metrics, row["tags"].get("data_fingerprint", ""))
+    console.print(table)
+
+
+@registry_app.command("promote")
+def registry_promote(name: str, version: int, alias: str = typer.Option("champion")):
+    """Point an alias (default @champion) at a version."""
+    from .registry import Registry
+    Registry().promote(name, version, alias)
+    console.print(f"models:/{name}@{alias} -> version {version}")
 
 
 if __name__ == "__main__":

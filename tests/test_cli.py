@@ -47,3 +47,16 @@ def test_demo_main_job(tmp_path, monkeypatch):
     assert set(res) == {"jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl"}
     space = Space.load(tmp_path / "demo" / "space")
     assert len(space.members) == 5 and space.metadata["recipe"] in ("light", "regularised")
+
+
+def test_train_register_promote_list(tmp_path, monkeypatch):
+    monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runner.invoke(app, ["data", "synth", "--out", str(tmp_path / "d"), "--models", "6", "--questions", "200"])
+    r = runner.invoke(app, ["train", "--data", str(tmp_path / "d"), "--encoder", "hashing", "--members", "1",
+                            "--register", "cli-space"])
+    assert r.exit_code == 0, r.output
+    assert "registered as cli-space version 1" in r.output
+    assert runner.invoke(app, ["registry", "promote", "cli-space", "1"]).exit_code == 0
+    r = runner.invoke(app, ["registry", "list", "cli-space"])
+    assert r.exit_code == 0 and "champion" in r.output and "best_member_val_loss" in r.output

@@ -1,0 +1,95 @@
+"""The MLflow model registry for trained spaces.
+
+A registered version is a run's `space/` artifact folder (weights.safetensors + space.json,
+never a pickle) with the run's metrics and the data fingerprint as tags; aliases such as
+`@champion` and `@candidate` point at versions. Default tracking URI: a SQLite database under
+$JEIRT_HOME (MLflow refuses the old file store), overridden by MLFLOW_TRACKING_URI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from . import paths
+from .model.space import Space
+
+EXPERIMENT = "jeirt"
+_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
+
+
+def default_tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(paths.home() / 'mlflow.db').resolve()}"
+
+
+class Registry:
+    def __init__(self, tracking_uri: str | None = None):
+        import mlflow
+        from mlflow import MlflowClient
+
+        self.mlflow = mlflow
+        self.tracking_uri = tracking_uri or default_tracking_uri()
+        if self.tracking_uri.startswith("sqlite:///"):
+            Path(self.tracking_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        mlflow.set_tracking_uri(self.tracking_uri)
+        self.client = MlflowClient(self.tracking_uri)
+
+    def _experiment_id(self) -> str:
+        exp = self.client.get_experiment_by_name(EXPERIMENT)
+        if exp is not None:
+            return exp.experiment_id
+        # an explicit artifact location: the Default experiment's is relative to the first cwd
+        artifacts = (paths.home() / "mlartifacts").resolve()
+        return self.client.create_experiment(EXPERIMENT, artifact_location=artifacts.as_uri())
+
+    def register(self, space: Space, name: str, metrics: dict[str, float] | None = None) -> int:
+        """Log the space as a run and register it as a new version of `name`."""
+        metrics = {k: float(v) for k, v in (metrics or {}).items()}
+        with tempfile.TemporaryDirectory() as tmp, \
+                self.mlflow.start_run(experiment_id=self._experiment_id(), run_name=f"register-{name}") as run:
+            self.mlflow.log_params({f"config.{k}": v for k, v in space.config.model_dump().items()})
+            self.mlflow.log_params({"encoder_id": space.encoder_id, "n_models": len(space.model_names),
+                                    "members": len(space.members)})
+            if metrics:
+                self.mlflow.log_metrics(metrics)
+            self.mlflow.set_tag("data_fingerprint", space.metadata.get("data_fingerprint", "unknown"))
+            self.mlflow.log_artifacts(space.save(Path(tmp) / "space"), artifact_path="space")
+        try:
+            self.client.get_registered_model(name)
+        except Exception:
+            self.client.create_registered_model(name)
+        tags = {"encoder_id": space.encoder_id, "data_fingerprint": space.metadata.get("data_fingerprint", "unknown"),
+                **{f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()}}
+        version = self.client.create_model_version(name, source=f"{run.info.artifact_uri}/space",
+                                                   run_id=run.info.run_id, tags=tags)
+        return int(version.version)
+
+    def promote(self, name: str, version: int, alias: str = "champion") -> None:
+        self.client.get_model_version(name, str(version))  # fails loudly on an unknown version
+        self.client.set_registered_model_alias(name, alias, str(version))
+
+    def versions(self, name: str) -> list[dict]:
+        """Every version of `name`, newest first, with its aliases and metric tags."""
+        aliases: dict[str, list[str]] = {}
+        for alias, version in self.client.get_registered_model(name).aliases.items():
+            aliases.setdefault(str(version), []).append(alias)
+        rows = [{"version": int(v.version), "aliases": sorted(aliases.get(str(v.version), [])), "tags": dict(v.tags),
+                 "source": v.source} for v in self.client.search_model_versions(f"name='{name}'")]
+        return sorted(rows, key=lambda r: -r["version"])
+
+    def load(self, uri: str) -> Space:
+        """`models:/<name>@<alias>` or `models:/<name>/<version>` -> the saved Space."""
+        m = _URI.match(uri)
+        if not m:
+            raise ValueError(f"{uri!r} is not a registry URI (expected models:/<name>@<alias> or models:/<name>/<n>)")
+        try:
+            if m["alias"]:
+                version = self.client.get_model_version_by_alias(m["name"], m["alias"])
+            else:
+                version = self.client.get_model_version(m["name"], m["version"])
+            local = self.mlflow.artifacts.download_artifacts(artifact_uri=version.source)
+        except Exception as e:
+            raise LookupError(f"cannot load {uri} from the registry at {self.tracking_uri}: {e}") from e
+        return Space.load(local)
