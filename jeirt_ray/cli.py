@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -136,12 +137,24 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int =
 
 
 @app.command()
-def encode(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt):
-    """Embed every question with the frozen encoder into the on-disk cache (single process)."""
+def encode(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt,
+           ray_replicas: int = typer.Option(0, "--ray", help="encode on Ray Data with this many encoder "
+                                                              "replicas (0: in this process)"),
+           gpus_per_replica: float = typer.Option(0.0, help="GPUs per Ray replica (0: CPU replicas)"),
+           batch_size: int = typer.Option(64)):
+    """Embed every question with the frozen encoder into the on-disk cache."""
     from .encoders import EmbeddingCache, encode_cached, make_encoder
     d = _load(data)
     enc = make_encoder(encoder)
-    encode_cached(enc, d.texts, paths.cache_dir())
+    if ray_replicas > 0:
+        import ray
+
+        from .distributed.encode import encode_with_ray
+        ray.init(address=os.environ.get("RAY_ADDRESS", "local"), ignore_reinit_error=True)
+        encode_with_ray(encoder, d.texts, paths.cache_dir(), replicas=ray_replicas,
+                        gpus_per_replica=gpus_per_replica, batch_size=batch_size)
+    else:
+        encode_cached(enc, d.texts, paths.cache_dir(), batch_size=batch_size)
     console.print(f"{len(EmbeddingCache(paths.cache_dir(), enc.encoder_id))} vectors cached for {enc.encoder_id} "
                   f"in {paths.cache_dir()}")
 
