@@ -51,7 +51,7 @@ def main():
         probs[name] = {part: predict(rows) for part, (rows, _) in parts.items()}
         print(f"trained {name} in {seconds:.0f}s", flush=True)
 
-    builder = SignalBuilder(prep.X, np.unique(tq), tq, tm, ty, data.benchmarks, data.n_models)
+    builder = SignalBuilder(prep.X, tq, tm, ty, data.benchmarks, data.n_models)
     signals = {part: builder.build(probs["jeirt"][part], rows, prep.X) for part, (rows, _) in parts.items()}
     candidates = candidate_policies(has_topic=signals["val"].topic is not None)
     chosen, val_table = select_policy(signals["val"], parts["val"][1], candidates)

@@ -84,7 +84,7 @@ def test_router_beats_best_average_on_planted_specialities(routed):
     assert router_true > best_avg_true + 0.03
     assert routed_labels(chosen, labels).mean() > base["best_average"].mean()
 
-    builder = SignalBuilder(prep.X, np.unique(tq), tq, tm, ty, data.benchmarks, data.n_models, ks=(10, 50))
+    builder = SignalBuilder(prep.X, tq, tm, ty, data.benchmarks, data.n_models, ks=(10, 50))
     val_rows = prep.split.questions(1)
     sig = builder.build(space.predict_proba(prep.X[val_rows]), val_rows, prep.X)
     cands = candidate_policies(ks=(10, 50))

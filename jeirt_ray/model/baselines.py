@@ -45,14 +45,17 @@ class KNN:
         return self
 
     def neighbours(self, question_rows: np.ndarray, k: int, chunk: int = 2048) -> np.ndarray:
-        """Indices (into self.train_rows) of the k nearest training questions, excluding itself."""
+        """Indices (into self.train_rows) of the k nearest training questions, nearest first,
+        never the question itself."""
         base = self.X[self.train_rows]
         out = np.empty((len(question_rows), k), dtype=np.int64)
         for i in range(0, len(question_rows), chunk):
             rows = question_rows[i:i + chunk]
             sims = self.X[rows] @ base.T
             sims[rows[:, None] == self.train_rows[None, :]] = -np.inf
-            out[i:i + chunk] = np.argpartition(-sims, k, axis=1)[:, :k]
+            top = np.argpartition(-sims, k, axis=1)[:, :k]
+            order = np.argsort(-np.take_along_axis(sims, top, axis=1), axis=1)
+            out[i:i + chunk] = np.take_along_axis(top, order, axis=1)
         return out
 
     def predict_all(self, question_rows: np.ndarray, k: int | None = None, nbrs: np.ndarray | None = None) -> np.ndarray:
@@ -69,10 +72,6 @@ class KNN:
         """Choose k by validation log-loss."""
         ks = [k for k in ks if k < len(self.train_rows)] or [1]
         nbrs = self.neighbours(val_rows, max(ks))
-        # neighbours() returns an unordered top set: order it by similarity for prefix slicing
-        base = self.X[self.train_rows]
-        sims = np.take_along_axis(self.X[val_rows] @ base.T, nbrs, axis=1)
-        nbrs = np.take_along_axis(nbrs, np.argsort(-sims, axis=1), axis=1)
         pos = {r: i for i, r in enumerate(val_rows)}
         qi = np.array([pos[r] for r in val_q])
         best = None

@@ -2,13 +2,12 @@
 
 Every policy scores each candidate LLM for each query and picks the best available one; the
 router never reads a query's benchmark label. Policies and their settings are chosen on
-validation questions only (`select_policy`), and the winner is stored with the space so that
-serving and evaluation agree.
+validation questions only (`select_policy`).
 
 Signals a policy may combine, all computed from training data and the query text alone:
 - `p`: the JE-IRT ensemble's P(correct) per LLM (question-specific, but noisy);
-- `local`: each LLM's mean training label over the k nearest training questions (frozen
-  embedding cosine), shrunk toward its overall rate;
+- `local`: the KNN baseline's estimate, each LLM's mean training label over the k nearest
+  training questions (frozen embedding cosine), shrunk toward its overall rate;
 - `topic`: each LLM's training rate per benchmark, averaged under a classifier's predicted
   benchmark probabilities for the query (a soft, label-free "per-benchmark best");
 - `prior`: each LLM's overall training rate (the best-on-average router's score).
@@ -23,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel
 from sklearn.linear_model import LogisticRegression
 
+from ..model.baselines import KNN
 from .evaluate import available_argmax, routed_labels, train_rates
 
 
@@ -66,36 +66,23 @@ class Policy(BaseModel):
 class SignalBuilder:
     """Fits, on training questions only, what the policies need beyond the space's p."""
 
-    def __init__(self, X: np.ndarray, train_rows: np.ndarray, train_q: np.ndarray, train_m: np.ndarray,
-                 train_y: np.ndarray, benchmarks: np.ndarray, n_models: int, ks=(25, 50, 100, 200, 400)):
-        self.Xn = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
-        self.train_rows = train_rows
+    def __init__(self, X: np.ndarray, train_q: np.ndarray, train_m: np.ndarray, train_y: np.ndarray,
+                 benchmarks: np.ndarray, n_models: int, ks=(25, 50, 100, 200, 400)):
         self.ks = ks
+        self.knn = KNN().fit(X, n_models, train_q, train_m, train_y)
         self.prior = np.nan_to_num(train_rates(n_models, train_m, train_y)[0], nan=0.0)
-        # dense training label sums/counts over training questions (n_train x M), evaluation-sized
-        pos = np.full(len(X), -1)
-        pos[train_rows] = np.arange(len(train_rows))
-        self.sums = np.zeros((len(train_rows), n_models))
-        self.counts = np.zeros((len(train_rows), n_models))
-        np.add.at(self.sums, (pos[train_q], train_m), train_y)
-        np.add.at(self.counts, (pos[train_q], train_m), 1)
         self.benches, bidx = np.unique(benchmarks, return_inverse=True)
         self.bench_rates = np.nan_to_num(train_rates(n_models, train_m, train_y, bidx[train_q], len(self.benches)),
                                          nan=0.0)
         self.topic_clf = None
         if len(self.benches) > 1:
-            self.topic_clf = LogisticRegression(C=10.0, max_iter=2000).fit(X[train_rows], bidx[train_rows])
+            rows = self.knn.train_rows
+            self.topic_clf = LogisticRegression(C=10.0, max_iter=2000).fit(X[rows], bidx[rows])
 
     def build(self, p: np.ndarray, rows: np.ndarray, X: np.ndarray) -> RoutingSignals:
-        sims = self.Xn[rows] @ self.Xn[self.train_rows].T
-        kmax = min(max(self.ks), len(self.train_rows) - 1)
-        top = np.argpartition(-sims, kmax, axis=1)[:, :kmax]
-        order = np.argsort(-np.take_along_axis(sims, top, axis=1), axis=1)
-        top = np.take_along_axis(top, order, axis=1)
-        local = {}
-        for k in self.ks:
-            nb = top[:, :min(k, kmax)]
-            local[k] = (self.sums[nb].sum(1) + self.prior) / (self.counts[nb].sum(1) + 1.0)
+        kmax = min(max(self.ks), len(self.knn.train_rows) - 1)
+        nbrs = self.knn.neighbours(rows, kmax)
+        local = {k: self.knn.predict_all(rows, min(k, kmax), nbrs) for k in self.ks}
         topic = None
         if self.topic_clf is not None:
             topic = self.topic_clf.predict_proba(X[rows]) @ self.bench_rates
