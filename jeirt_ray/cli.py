@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -85,10 +84,14 @@ def evaluate(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: in
 
 @app.command()
 def demo(out: Path = typer.Option(None, help="output folder (default: $JEIRT_HOME/demo)"),
-         encoder: str = EncoderOpt):
-    """The main job on the embedded SYNTHETIC dataset: encode, train JE-IRT and the baselines,
-    compare them, save the space. Finishes in a few minutes on a laptop."""
+         encoder: str = EncoderOpt, workers: int = typer.Option(2, help="Ray Train workers"),
+         name: str = typer.Option("demo", help="the registered model name")):
+    """The main job on the embedded SYNTHETIC dataset, on Ray: encode the questions (Ray Data),
+    train JE-IRT (Ray Train, 2 workers), register the space in MLflow and promote it to @champion,
+    then compare it with the baselines. A few minutes on a laptop."""
     from .data.synthetic import generate
+    from .distributed import init_ray
+    from .distributed.encode import encode_with_ray
     from .encoders import make_encoder
     from .evaluation import evaluate as run
     from .experiment import prepare
@@ -96,44 +99,103 @@ def demo(out: Path = typer.Option(None, help="output folder (default: $JEIRT_HOM
     data = generate()
     console.print(f"[bold]jeirt demo[/bold] on the embedded {data.describe()}")
     console.print("[yellow]SYNTHETIC: simulated LLMs drawn from a known JE-IRT geometry, not real results. "
-                  "Use --data with `jeirt evaluate` for real data.[/yellow]")
-    prep = prepare(data, make_encoder(encoder), seed=0, cache_root=paths.cache_dir())
+                  "Use --data with `jeirt evaluate` / `jeirt train` for real data.[/yellow]")
+    init_ray()
+    console.print("[bold]1/4[/bold] encoding the questions on Ray Data")
+    encode_with_ray(encoder, data.texts, paths.cache_dir(), replicas=1)
+    prep = prepare(data, make_encoder(encoder), seed=0, cache_root=paths.cache_dir())  # all cached now
+    console.print(f"[bold]2/4[/bold] training JE-IRT on Ray Train ({workers} workers) and the baselines")
+    fitter = _ray_fitter(data.name, workers, False, name)
     spaces: dict = {}
-    results = run(prep, spaces=spaces)
+    results = run(prep, spaces=spaces, jeirt_fit=fitter)
+    space = spaces["jeirt"]
+    space.metadata["mlflow_run_id"] = fitter.mlflow["run_id"]
     console.print(_results_table(results, "SYNTHETIC data, split by question (80/10/10), seed 0"))
     console.print(f"JE-IRT recipe chosen on validation loss: {results['jeirt']['recipe']!r} "
-                  f"({spaces['jeirt'].metadata['recipe_val_loss']})")
+                  f"({space.metadata['recipe_val_loss']})")
+    console.print("[bold]3/4[/bold] registering the space in MLflow")
+    _register(space, name, "champion")
+    console.print("[bold]4/4[/bold] writing the results")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    spaces["jeirt"].save(out / "space")
+    space.save(out / "space")
     prep.split.save(out / "space" / "split.json", data)
     data.save(out / "data")
-    console.print(f"wrote {out / 'results.json'}, the trained space in {out / 'space'} and the SYNTHETIC data "
-                  f"in {out / 'data'} (try: jeirt evaluate --data {out / 'data'})")
+    from .registry import default_tracking_uri
+    console.print(f"wrote {out / 'results.json'}, the space in {out / 'space'} and the SYNTHETIC data in "
+                  f"{out / 'data'}.\nLook at the runs: mlflow ui --backend-store-uri {default_tracking_uri()}"
+                  f"\nThe registered space: jeirt registry list {name}")
+
+
+WorkersOpt = typer.Option(None, "--workers", help="train on Ray Train with this many workers (0: Train's "
+                                                   "local mode, in this process); default: plain single process")
 
 
 @app.command()
 def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
           members: int = typer.Option(None, help="ensemble size (seeds)"),
+          workers: Optional[int] = WorkersOpt,
+          gpus: bool = typer.Option(False, "--gpus", help="one GPU per Ray Train worker (nccl)"),
           out: Optional[Path] = typer.Option(None, help="folder to save the space in "
                                                         "(default: $JEIRT_HOME/spaces/<data name>)"),
-          register: Optional[str] = typer.Option(None, help="also register the space under this name in MLflow")):
-    """Train a JE-IRT space (single process) and save it as safetensors + JSON."""
-    from .evaluation import JEIRT_MEMBERS, train_space
+          register: Optional[str] = typer.Option(None, help="also register the space under this name in MLflow"),
+          promote: Optional[str] = typer.Option(None, help="with --register: point this alias at the new version")):
+    """Train a JE-IRT space and save it as safetensors + JSON (single process, or Ray Train)."""
+    from .evaluation import JEIRT_MEMBERS
     prep = _prepare(data, encoder, seed)
-    space = train_space(prep, None, members or JEIRT_MEMBERS)
+    space = _train_space(prep, members or JEIRT_MEMBERS, workers, gpus, register)
     out = out or paths.home() / "spaces" / prep.data.name
     space.save(out)
     prep.split.save(out / "split.json", prep.data)
     console.print(f"saved the space ({len(space.members)} members of the {space.metadata['recipe']!r} recipe, "
                   f"{len(space.model_names)} LLMs) to {out}")
     if register:
-        from .registry import Registry
+        _register(space, register, promote)
+
+
+def _train_space(prep, members: int, workers: Optional[int], gpus: bool, register: Optional[str]):
+    """train_space in this process, or with every member a Ray Train run logging to MLflow."""
+    from .evaluation import train_space
+    if workers is None:
+        return train_space(prep, None, members)
+    fitter = _ray_fitter(prep.data.name, workers, gpus, register)
+    space = train_space(prep, None, members, fit_fn=fitter)
+    space.metadata["mlflow_run_id"] = fitter.mlflow and fitter.mlflow["run_id"]
+    return space
+
+
+def _ray_fitter(data_name: str, workers: int, gpus: bool, register: Optional[str]):
+    """A RayFitter whose runs go under $JEIRT_HOME/ray_results and, when the space is to be
+    registered, whose epochs are logged (by rank 0) into the MLflow run it will be registered in."""
+    import time
+
+    from .distributed import init_ray
+    from .distributed.train import RayFitter
+    from .registry import Registry
+    init_ray()
+    mlflow_cfg = None
+    if register:
         reg = Registry()
-        best_val = min(m["best_val_loss"] for m in space.metadata["members"])
-        version = reg.register(space, register, {"best_member_val_loss": best_val})
-        console.print(f"registered as {register} version {version} in {reg.tracking_uri}; "
-                      f"promote with: jeirt registry promote {register} {version}")
+        mlflow_cfg = {"tracking_uri": reg.tracking_uri, "run_id": reg.new_run(f"train-{register}")}
+    prefix = f"{data_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    storage = paths.home() / "ray_results"
+    console.print(f"training on Ray Train: {workers} worker(s){' with GPUs' if gpus else ''}; runs in "
+                  f"{storage}/{prefix}-*")
+    return RayFitter(workers=workers, storage=storage, prefix=prefix, use_gpu=gpus, mlflow=mlflow_cfg)
+
+
+def _register(space, name: str, alias: Optional[str]) -> int:
+    from .registry import Registry
+    reg = Registry()
+    best_val = min(m["best_val_loss"] for m in space.metadata["members"])
+    version = reg.register(space, name, {"best_member_val_loss": best_val}, run_id=space.metadata.get("mlflow_run_id"))
+    console.print(f"registered as {name} version {version} in {reg.tracking_uri}")
+    if alias:
+        reg.promote(name, version, alias)
+        console.print(f"models:/{name}@{alias} -> version {version}")
+    else:
+        console.print(f"promote with: jeirt registry promote {name} {version}")
+    return version
 
 
 @app.command()
@@ -147,10 +209,9 @@ def encode(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt,
     d = _load(data)
     enc = make_encoder(encoder)
     if ray_replicas > 0:
-        import ray
-
+        from .distributed import init_ray
         from .distributed.encode import encode_with_ray
-        ray.init(address=os.environ.get("RAY_ADDRESS", "local"), ignore_reinit_error=True)
+        init_ray()
         encode_with_ray(encoder, d.texts, paths.cache_dir(), replicas=ray_replicas,
                         gpus_per_replica=gpus_per_replica, batch_size=batch_size)
     else:

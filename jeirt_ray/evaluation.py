@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import torch
 
@@ -10,7 +11,7 @@ from .experiment import Prepared, pair_probs
 from .model.baselines import KNN, Majority
 from .model.metrics import binary_metrics
 from .model.space import Space
-from .model.train import TrainConfig, fit
+from .model.train import FitResult, TrainConfig, fit
 
 METHODS = ("jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl")
 # JE-IRT recipes (README, "How the defaults were chosen"). Which one a dataset gets is decided
@@ -26,15 +27,16 @@ MF_DIMS = (64, 128, 256)
 
 
 def train_space(prep: Prepared, config: TrainConfig | None = None, members: int = JEIRT_MEMBERS, seed: int = 0,
-                progress: bool = True) -> Space:
+                progress: bool = True, fit_fn: Callable[..., FitResult] = fit) -> Space:
     """Train `members` seeds (seed, seed + 1, ...) of one recipe into one Space (an ensemble).
     Without `config`, the recipe is chosen from JEIRT_RECIPES by the validation loss of its
-    first seed, which is kept as member 0."""
+    first seed, which is kept as member 0. `fit_fn` trains one member: the core `fit`, or a
+    distributed drop-in (distributed.train.RayFitter)."""
     train, val = prep.pairs("train"), prep.pairs("val")
 
     def run(cfg: TrainConfig, i: int):
-        return fit(prep.X, prep.data.n_models, train, val, cfg.model_copy(update={"seed": seed + i}),
-                   progress=progress)
+        return fit_fn(prep.X, prep.data.n_models, train, val, cfg.model_copy(update={"seed": seed + i}),
+                      progress=progress)
 
     if config is None:
         trials = {name: run(recipe, 0) for name, recipe in JEIRT_RECIPES.items()}
@@ -44,8 +46,8 @@ def train_space(prep: Prepared, config: TrainConfig | None = None, members: int 
     else:
         results, chosen = [], {"recipe": "given"}
     results += [run(config, i) for i in range(len(results), members)]
-    history = [{"seed": seed + i, "best_val_loss": r.best_val_loss, "best_epoch": r.best_epoch, "seconds": r.seconds}
-               for i, r in enumerate(results)]
+    history = [{"seed": seed + i, "best_val_loss": r.best_val_loss, "best_epoch": r.best_epoch, "seconds": r.seconds,
+                **r.notes} for i, r in enumerate(results)]
     return Space([r.module for r in results], config.model_copy(update={"seed": seed}), prep.encoder_id,
                  prep.X.shape[1], prep.data.models.tolist(), prep.data.question_ids.tolist(),
                  metadata={"data": prep.data.name, "data_fingerprint": prep.data.fingerprint(),
@@ -67,10 +69,12 @@ def _module_predictor(module: torch.nn.Module, X: torch.Tensor):
 
 
 def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig | None = None,
-               jeirt_members: int = JEIRT_MEMBERS, train_seed: int = 0, progress: bool = True):
+               jeirt_members: int = JEIRT_MEMBERS, train_seed: int = 0, progress: bool = True,
+               jeirt_fit: Callable[..., FitResult] = fit):
     """Yield (name, predict_all(question_rows) -> (n, n_models) probabilities, train seconds, info).
     `train_seed` seeds every trained method (JE-IRT members take seeds 100*train_seed + i).
-    Without `jeirt_config`, JE-IRT's recipe is chosen on validation (see train_space)."""
+    Without `jeirt_config`, JE-IRT's recipe is chosen on validation (see train_space);
+    `jeirt_fit` trains its members (the core `fit`, or Ray Train's drop-in)."""
     train = prep.pairs("train")
     q, m, y = train.q.numpy(), train.m.numpy(), train.y.numpy()
     n_models = prep.data.n_models
@@ -78,7 +82,8 @@ def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig | N
         start = time.perf_counter()
         info: dict = {}
         if name == "jeirt":
-            space = train_space(prep, jeirt_config, jeirt_members, seed=100 * train_seed, progress=progress)
+            space = train_space(prep, jeirt_config, jeirt_members, seed=100 * train_seed, progress=progress,
+                                fit_fn=jeirt_fit)
             predict = _space_predictor(space, prep.X)
             info = {"members": jeirt_members, "recipe": space.metadata["recipe"], "config": space.config.model_dump(),
                     "space": space}

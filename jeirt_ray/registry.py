@@ -44,11 +44,20 @@ class Registry:
         artifacts = (paths.home() / "mlartifacts").resolve()
         return self.client.create_experiment(EXPERIMENT, artifact_location=artifacts.as_uri())
 
-    def register(self, space: Space, name: str, metrics: dict[str, float] | None = None) -> int:
-        """Log the space as a run and register it as a new version of `name`."""
+    def new_run(self, run_name: str, parent_run_id: str | None = None) -> str:
+        """Create a run (nested under `parent_run_id` if given) that training can log into before
+        `register` ends it; returns its id."""
+        tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else None
+        return self.client.create_run(self._experiment_id(), run_name=run_name, tags=tags).info.run_id
+
+    def register(self, space: Space, name: str, metrics: dict[str, float] | None = None,
+                 run_id: str | None = None) -> int:
+        """Log the space as a run (a new one, or `run_id` from `new_run`) and register it as a
+        new version of `name`."""
         metrics = {k: float(v) for k, v in (metrics or {}).items()}
-        with tempfile.TemporaryDirectory() as tmp, \
-                self.mlflow.start_run(experiment_id=self._experiment_id(), run_name=f"register-{name}") as run:
+        run_args = {"run_id": run_id} if run_id else {"experiment_id": self._experiment_id(),
+                                                       "run_name": f"register-{name}"}
+        with tempfile.TemporaryDirectory() as tmp, self.mlflow.start_run(**run_args) as run:
             self.mlflow.log_params({f"config.{k}": v for k, v in space.config.model_dump().items()})
             self.mlflow.log_params({"encoder_id": space.encoder_id, "n_models": len(space.model_names),
                                     "members": len(space.members)})

@@ -1,11 +1,20 @@
 import json
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from jeirt_ray.cli import app
 
 runner = CliRunner()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stop_ray_after_module():
+    """Commands that use Ray start a local cluster in this process; one per module."""
+    yield
+    import ray
+    ray.shutdown()
 
 
 def test_data_check_bad_label(tmp_path):
@@ -37,16 +46,26 @@ def test_synth_then_evaluate_and_train(tmp_path, monkeypatch):
 
 
 def test_demo_main_job(tmp_path, monkeypatch):
-    """The README's main job, end to end (hashing encoder to keep it quick)."""
+    """The README's main job, end to end on Ray (hashing encoder to keep it quick): Ray Data
+    encoding, Ray Train with 2 workers, MLflow registration and promotion."""
+    import numpy as np
+
     from jeirt_ray.model.space import Space
+    from jeirt_ray.registry import Registry
     monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     r = runner.invoke(app, ["demo", "--encoder", "hashing"])
     assert r.exit_code == 0, r.output
     assert "SYNTHETIC" in r.output and "recipe chosen on validation" in r.output
+    assert "models:/demo@champion -> version 1" in r.output
     res = json.loads((tmp_path / "demo" / "results.json").read_text())
     assert set(res) == {"jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl"}
     space = Space.load(tmp_path / "demo" / "space")
     assert len(space.members) == 5 and space.metadata["recipe"] in ("light", "regularised")
+    assert all(m["workers"] == 2 for m in space.metadata["members"])  # every member trained on Ray Train
+    champion = Registry().load("models:/demo@champion")
+    x = np.random.default_rng(0).normal(size=(5, space.in_dim)).astype(np.float32)
+    assert np.array_equal(champion.predict_proba(x), space.predict_proba(x))
 
 
 def test_train_register_promote_list(tmp_path, monkeypatch):
@@ -57,6 +76,15 @@ def test_train_register_promote_list(tmp_path, monkeypatch):
                             "--register", "cli-space"])
     assert r.exit_code == 0, r.output
     assert "registered as cli-space version 1" in r.output
+    # Ray Train's local mode, epochs logged to the run the version is registered from
+    r = runner.invoke(app, ["train", "--data", str(tmp_path / "d"), "--encoder", "hashing", "--members", "1",
+                            "--workers", "0", "--register", "cli-space", "--promote", "candidate"])
+    assert r.exit_code == 0, r.output
+    assert "models:/cli-space@candidate -> version 2" in r.output
+    from mlflow import MlflowClient
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.get_model_version("cli-space", "2").run_id
+    assert len(client.get_metric_history(run_id, "fit1.val_loss")) > 1
     assert runner.invoke(app, ["registry", "promote", "cli-space", "1"]).exit_code == 0
     r = runner.invoke(app, ["registry", "list", "cli-space"])
     assert r.exit_code == 0 and "champion" in r.output and "best_member_val_loss" in r.output

@@ -7,7 +7,7 @@ from jeirt_ray.evaluation import evaluate, train_space
 from jeirt_ray.experiment import prepare
 from jeirt_ray.model.modules import JEIRT, build_module
 from jeirt_ray.model.space import Space
-from jeirt_ray.model.train import Pairs, QuestionBatcher, TrainConfig, fit
+from jeirt_ray.model.train import Pairs, QuestionBatcher, TrainConfig, TrainState, fit
 
 FAST = TrainConfig(kind="jeirt", dim=8, lr=3e-3, input_dropout=0.3, max_epochs=300, patience=20)
 
@@ -98,6 +98,37 @@ def test_seeded(prep):
     c = fit(prep.X, prep.data.n_models, prep.pairs("train"), prep.pairs("val"), cfg.model_copy(update={"seed": 1}),
             progress=False)
     assert c.best_val_loss != pytest.approx(a.best_val_loss, abs=1e-4)
+
+
+def test_resume_from_checkpoint_continues_the_same_run(prep):
+    """A run resumed from its epoch-3 state (through the safetensors form) ends exactly like an
+    uninterrupted one: weights, optimizer, shuffler and dropout RNG all come back."""
+    cfg = FAST.model_copy(update={"max_epochs": 8, "patience": 100})
+    saved = {}
+
+    def keep(row, snapshot, last):
+        if row["epoch"] == 3:
+            saved["flat"] = snapshot().to_flat()
+
+    args = (prep.X, prep.data.n_models, prep.pairs("train"), prep.pairs("val"), cfg)
+    whole = fit(*args, progress=False, on_epoch=keep)
+    resumed = fit(*args, progress=False, resume=TrainState.from_flat(*saved["flat"]))
+    assert resumed.epochs == whole.epochs == 8
+    assert [h["val_loss"] for h in resumed.history] == pytest.approx([h["val_loss"] for h in whole.history], abs=1e-6)
+    for k, v in whole.module.state_dict().items():
+        assert torch.allclose(v, resumed.module.state_dict()[k], atol=1e-6), k
+
+
+def test_sharded_batches_are_disjoint_and_equal_in_number(prep):
+    """Data-parallel workers get disjoint questions, all of their pairs, and the same step count."""
+    batcher = QuestionBatcher(prep.pairs("train"))
+    shards = [list(batcher.batches(16, torch.Generator().manual_seed(0), rank, 3)) for rank in range(3)]
+    assert len({len(s) for s in shards}) == 1
+    seen = [set(torch.cat([b[0] for b in s]).tolist()) for s in shards]
+    assert not (seen[0] & seen[1]) and not (seen[1] & seen[2]) and not (seen[0] & seen[2])
+    assert len(set().union(*seen)) >= len(batcher.questions) - 2  # at most world - 1 sit out
+    qb, local, m, _ = shards[1][0]
+    assert len(m) == int(batcher.counts[torch.isin(batcher.questions, qb)].sum())
 
 
 def test_evaluate_all_methods(prep):

@@ -35,6 +35,11 @@ class TrainConfig(BaseModel):
     seed: int = 0
 
 
+def _writable(a):
+    """A read-only array (from Ray's object store) copied, since torch tensors must own writable memory."""
+    return np.array(a) if isinstance(a, np.ndarray) and not a.flags.writeable else a
+
+
 @dataclass
 class Pairs:
     """Observed (question, model, label) triples as tensors."""
@@ -45,8 +50,8 @@ class Pairs:
 
     @classmethod
     def from_numpy(cls, q, m, y) -> "Pairs":
-        return cls(torch.as_tensor(np.asarray(q), dtype=torch.long), torch.as_tensor(np.asarray(m), dtype=torch.long),
-                   torch.as_tensor(np.asarray(y), dtype=torch.float32))
+        return cls(*(torch.as_tensor(_writable(np.asarray(a)), dtype=t)
+                     for a, t in ((q, torch.long), (m, torch.long), (y, torch.float32))))
 
     def __len__(self) -> int:
         return len(self.y)
@@ -61,6 +66,7 @@ class FitResult:
     seconds: float
     seconds_to_best: float
     history: list[dict] = field(default_factory=list)
+    notes: dict = field(default_factory=dict)  # where it ran, e.g. Ray Train's resume point
 
 
 class QuestionBatcher:
@@ -73,10 +79,19 @@ class QuestionBatcher:
         self.counts = counts
         self.starts = torch.cumsum(counts, 0) - counts
 
-    def batches(self, batch_size: int, generator: torch.Generator):
+    def batches(self, batch_size: int, generator: torch.Generator, rank: int = 0, world: int = 1):
+        """Shuffled batches of `batch_size` questions with all of their pairs.
+
+        With `world` > 1 (data-parallel workers drawing the same permutation), each global batch of
+        `batch_size * world` questions is dealt out so that worker `rank` gets a disjoint share,
+        and every worker takes the same number of steps (DDP needs that). The few questions
+        beyond a multiple of `world` sit out that epoch; the permutation changes every epoch.
+        """
         perm = torch.randperm(len(self.questions), generator=generator)
-        for i in range(0, len(perm), batch_size):
-            sel = perm[i:i + batch_size]
+        perm = perm[:len(perm) - len(perm) % world] if world > 1 else perm
+        step = batch_size * world
+        for i in range(0, len(perm), step):
+            sel = perm[i:i + step][rank::world]
             counts = self.counts[sel]
             # pair positions of the selected questions, without a loop: start of each run + offset
             offsets = torch.repeat_interleave(self.starts[sel] - (torch.cumsum(counts, 0) - counts), counts)
@@ -89,61 +104,130 @@ class QuestionBatcher:
 def pair_logits(module: torch.nn.Module, X: torch.Tensor, pairs: Pairs, chunk: int = 8192) -> torch.Tensor:
     """Logits of the given pairs, running the text side once per distinct question."""
     module.eval()
+    dev = X.device
     uq, local = torch.unique(pairs.q, return_inverse=True)
-    out = torch.empty(len(pairs))
+    out = torch.empty(len(pairs), device=dev)
     # batch by questions to bound memory
     for i in range(0, len(uq), chunk):
         sel = (local >= i) & (local < i + chunk)
-        out[sel] = module(X[uq[i:i + chunk]], local[sel] - i, pairs.m[sel])
+        out[sel.to(dev)] = module(X[uq[i:i + chunk].to(dev)], (local[sel] - i).to(dev), pairs.m[sel].to(dev))
     return out
+
+
+@dataclass
+class TrainState:
+    """Everything needed to continue a run after `epoch` (a checkpoint): current and best
+    weights, optimizer moments, the shuffling generator and the history so far."""
+
+    epoch: int
+    model: dict[str, torch.Tensor]
+    optimizer: dict
+    best_model: dict[str, torch.Tensor]
+    best_val_loss: float
+    best_epoch: int
+    seconds_to_best: float
+    generator: torch.Tensor  # the batch shuffler's state
+    rng: torch.Tensor  # torch's global RNG (dropout masks)
+    history: list[dict]
+
+    def to_flat(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """(tensors, JSON-able metadata): the safetensors form of the state, no pickle."""
+        tensors = {f"model.{k}": v for k, v in self.model.items()}
+        tensors |= {f"best.{k}": v for k, v in self.best_model.items()}
+        tensors |= {f"opt.{i}.{k}": torch.as_tensor(v) for i, st in self.optimizer["state"].items()
+                    for k, v in st.items()}
+        tensors["generator"], tensors["rng"] = self.generator, self.rng
+        meta = {"epoch": self.epoch, "best_val_loss": self.best_val_loss, "best_epoch": self.best_epoch,
+                "seconds_to_best": self.seconds_to_best, "history": self.history,
+                "param_groups": self.optimizer["param_groups"]}
+        # copies: the live run keeps changing its weights and history after this snapshot
+        return {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, copy.deepcopy(meta)
+
+    @classmethod
+    def from_flat(cls, tensors: dict[str, torch.Tensor], meta: dict) -> "TrainState":
+        def part(prefix):
+            return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        opt_state: dict[int, dict] = {}
+        for key, v in part("opt.").items():
+            i, name = key.split(".", 1)
+            opt_state.setdefault(int(i), {})[name] = v
+        return cls(meta["epoch"], part("model."), {"state": opt_state, "param_groups": meta["param_groups"]},
+                   part("best."), meta["best_val_loss"], meta["best_epoch"], meta["seconds_to_best"],
+                   tensors["generator"], tensors["rng"], meta["history"])
 
 
 def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, config: TrainConfig,
         *, module: torch.nn.Module | None = None, progress: bool = True,
-        on_epoch: Callable[[dict, torch.nn.Module], None] | None = None,
-        wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> FitResult:
+        on_epoch: Callable[[dict, Callable[[], TrainState], bool], None] | None = None,
+        wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+        resume: TrainState | None = None, rank: int = 0, world: int = 1,
+        device: str | torch.device = "cpu") -> FitResult:
     """Train with AdamW and early stopping on validation loss; return the best weights.
 
-    `X` holds the frozen encoder embedding of every question (indexed by the pairs' q). `wrap`
-    lets a distributed caller wrap the module (DDP); `on_epoch` receives each epoch's metrics.
+    `X` holds the frozen encoder embedding of every question (indexed by the pairs' q). For data
+    parallel training, `wrap` wraps the module (DDP) and `rank`/`world` give this worker its
+    share of every batch (see QuestionBatcher); every worker computes the same validation loss,
+    so all of them stop at the same epoch. `on_epoch(row, snapshot)` receives each epoch's
+    metrics, a function returning the TrainState (to checkpoint) and whether this is the last
+    epoch; `resume` continues from a TrainState.
     """
     torch.manual_seed(config.seed)
-    X = torch.as_tensor(X, dtype=torch.float32)
+    device = torch.device(device)
+    X = torch.as_tensor(_writable(X), dtype=torch.float32).to(device)
     if module is None:
         module = build_module(config.kind, X.shape[1], n_models, **config.model_dump(exclude={"kind"}))
-    net = wrap(module) if wrap else module
-    opt = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    batcher = QuestionBatcher(train)
+    module.to(device)
     gen = torch.Generator().manual_seed(config.seed)
-    best = (float("inf"), -1, None, 0.0)
-    history: list[dict] = []
+    opt = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    if resume is not None:
+        module.load_state_dict(resume.model)
+        opt.load_state_dict(resume.optimizer)
+        gen.set_state(resume.generator)
+        torch.set_rng_state(resume.rng)
+        best = (resume.best_val_loss, resume.best_epoch, resume.best_model, resume.seconds_to_best)
+        history, first = list(resume.history), resume.epoch + 1
+    else:
+        best, history, first = (float("inf"), -1, None, 0.0), [], 0
+    net = wrap(module) if wrap else module
+    batcher = QuestionBatcher(train)
+    val_y = val.y.to(device)
+    offset = history[-1]["seconds"] if history else 0.0
     start = time.perf_counter()
-    bar = tqdm(range(config.max_epochs), desc=f"training {config.kind}", disable=not progress, leave=False)
+
+    def snapshot(epoch: int) -> Callable[[], TrainState]:
+        return lambda: TrainState(epoch, module.state_dict(), opt.state_dict(), best[2], best[0], best[1], best[3],
+                                  gen.get_state(), torch.get_rng_state(), history)
+
+    bar = tqdm(range(first, config.max_epochs), desc=f"training {config.kind}", disable=not progress, leave=False)
     for epoch in bar:
+        if epoch - best[1] > config.patience:
+            break  # a resumed run that had already run out of patience
         net.train()
         total, n = 0.0, 0
-        for qb, local, m, y in batcher.batches(config.question_batch, gen):
-            loss = F.binary_cross_entropy_with_logits(net(X[qb], local, m), y)
+        for qb, local, m, y in batcher.batches(config.question_batch, gen, rank, world):
+            y = y.to(device)
+            loss = F.binary_cross_entropy_with_logits(net(X[qb.to(device)], local.to(device), m.to(device)), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             total += float(loss.detach()) * len(y)
             n += len(y)
-        val_loss = float(F.binary_cross_entropy_with_logits(pair_logits(module, X, val), val.y))
+        val_loss = float(F.binary_cross_entropy_with_logits(pair_logits(module, X, val), val_y))
         if not np.isfinite(val_loss):
             raise FloatingPointError(f"training {config.kind} diverged at epoch {epoch} (validation loss "
                                      f"{val_loss}); lower the learning rate (now {config.lr})")
         row = {"epoch": epoch, "train_loss": total / max(n, 1), "val_loss": val_loss,
-               "seconds": time.perf_counter() - start}
+               "seconds": offset + time.perf_counter() - start}
         history.append(row)
-        if on_epoch:
-            on_epoch(row, module)
         if val_loss < best[0] - 1e-5:
             best = (val_loss, epoch, copy.deepcopy(module.state_dict()), row["seconds"])
+        last = epoch - best[1] >= config.patience or epoch == config.max_epochs - 1
+        if on_epoch:
+            on_epoch(row, snapshot(epoch), last)
         bar.set_postfix(val_loss=f"{val_loss:.4f}", best=f"{best[0]:.4f}")
-        if epoch - best[1] >= config.patience:
+        if last:
             break
     bar.close()
     module.load_state_dict(best[2])
     module.eval()
-    return FitResult(module, best[0], best[1], len(history), time.perf_counter() - start, best[3], history)
+    return FitResult(module, best[0], best[1], len(history), offset + time.perf_counter() - start, best[3], history)
