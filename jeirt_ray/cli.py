@@ -199,6 +199,54 @@ def _register(space, name: str, alias: Optional[str]) -> int:
 
 
 @app.command()
+def tune(config: Path = typer.Argument(..., help="a sweep YAML, e.g. tune_configs/smoke.yaml"),
+         data: Optional[Path] = typer.Option(None, "--data", help="overrides the YAML's data folder"),
+         out: Optional[Path] = typer.Option(None, help="folder for the summary JSON and the plot "
+                                                       "(default: the sweep's folder under $JEIRT_HOME/tune)")):
+    """Sweep JE-IRT settings on Ray Tune; every trial is a Ray Train run and a nested MLflow run,
+    and the best trial's space is registered (see tune_configs/ for the YAML grammar)."""
+    from .distributed import init_ray
+    from .distributed.tune import SweepConfig, run_sweep
+    from .registry import default_tracking_uri
+    try:
+        sweep = SweepConfig.from_yaml(config)
+    except ValueError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(2)
+    data = data or (Path(sweep.data) if sweep.data else None)
+    prep = _prepare(data, sweep.encoder, sweep.split_seed)
+    init_ray()
+    summary = run_sweep(sweep, prep, storage=paths.home() / "tune", tracking_uri=default_tracking_uri(), out=out)
+    table = Table(title=f"sweep {sweep.name} on {prep.data.name}")
+    for col in ("params", "epochs", "val loss", "test acc", "status"):
+        table.add_column(col)
+    for t in sorted(summary["trials"], key=lambda t: (t["val_loss"] is None, t["val_loss"] or 0)):
+        status = "completed" if t["completed"] else ("failed" if t["error"] else "stopped by the scheduler")
+        table.add_row(json.dumps(t["params"]), str(t["epochs"]), f"{t['val_loss']:.4f}" if t["val_loss"] else "-",
+                      f"{t['test_accuracy']:.4f}" if t["test_accuracy"] else "-", status)
+    console.print(table)
+    console.print(f"best: {summary['best']['params']} (validation loss {summary['best']['val_loss']:.4f})")
+    if "registered_version" in summary:
+        console.print(f"registered as {sweep.register} version {summary['registered_version']}")
+    if "plot" in summary:
+        console.print(f"plot: {summary['plot']}")
+    console.print(f"MLflow: sweep run {summary['parent_run_id']} in {default_tracking_uri()}")
+
+
+@app.command("mlflow-ui")
+def mlflow_ui(port: int = typer.Option(5000)):
+    """Open the MLflow UI on the project's tracking database (127.0.0.1 only)."""
+    import subprocess
+    import sys
+
+    from .registry import default_tracking_uri
+    uri = default_tracking_uri()
+    console.print(f"MLflow UI for {uri} at http://127.0.0.1:{port}")
+    raise typer.Exit(subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+                                      "--host", "127.0.0.1", "--port", str(port)]))
+
+
+@app.command()
 def encode(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt,
            ray_replicas: int = typer.Option(0, "--ray", help="encode on Ray Data with this many encoder "
                                                               "replicas (0: in this process)"),

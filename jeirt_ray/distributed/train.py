@@ -109,10 +109,11 @@ def train_loop(cfg: dict) -> None:
 def ray_fit(X: np.ndarray, n_models: int, train: Pairs, val: Pairs, config: TrainConfig, *, workers: int = 2,
             use_gpu: bool = False, storage: str | Path, name: str, max_failures: int = 3,
             mlflow: dict | None = None, metric_prefix: str = "", report_every_s: float = 2.0,
-            progress: bool = True) -> FitResult:
+            callbacks: list | None = None, progress: bool = True) -> FitResult:
     """Run `fit` on a Ray Train TorchTrainer and return the best weights like `fit` does.
 
     `mlflow` = {"tracking_uri", "run_id"}: rank 0 logs every epoch's metrics into that run.
+    `callbacks`: Ray Train callbacks (Tune's TuneReportCallback when run as a trial).
     """
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -132,7 +133,7 @@ def ray_fit(X: np.ndarray, n_models: int, train: Pairs, val: Pairs, config: Trai
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu),
         run_config=RunConfig(name=name, storage_path=str(storage),
                              failure_config=FailureConfig(max_failures=max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2)))
+                             checkpoint_config=CheckpointConfig(num_to_keep=2), callbacks=callbacks))
     result = trainer.fit()
     if result.checkpoint is None:
         raise RuntimeError(f"Ray Train run {name!r} finished without a checkpoint (error: {result.error})")
