@@ -233,6 +233,64 @@ def tune(config: Path = typer.Argument(..., help="a sweep YAML, e.g. tune_config
     console.print(f"MLflow: sweep run {summary['parent_run_id']} in {default_tracking_uri()}")
 
 
+@app.command("serve")
+def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. deployments/local.yaml"),
+              model: Optional[str] = typer.Option(None, help="override the registered model name (args.model)"),
+              port: Optional[int] = typer.Option(None, help="override the HTTP port")):
+    """Start the routing and onboarding service described by a Serve config; Ctrl-C stops it."""
+    import signal
+    import threading
+
+    from .distributed import init_ray
+    from .serving.deploy import deploy, load_config
+    try:
+        cfg = load_config(config, model, port)
+    except ValueError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(2)
+    init_ray()
+    try:
+        url = deploy(cfg)
+    except (RuntimeError, TimeoutError) as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(1)
+    console.print(f"serving on {url} (docs: {url}/docs). Try: jeirt route \"What is 2 + 2?\" --url {url}\n"
+                  "Ctrl-C stops the service.")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    from ray import serve
+    serve.shutdown()
+
+
+@app.command()
+def route(query: str = typer.Argument(..., help="the question to route"),
+          url: str = typer.Option("http://127.0.0.1:8000", help="the service's base URL"),
+          top_k: int = typer.Option(5, help="how many LLMs to show"),
+          policy: Optional[str] = typer.Option(None, help="most_likely | cost_weighted | cheapest_within_margin")):
+    """Ask a running service which LLM should answer QUERY."""
+    import httpx
+    body = {"query": query, "top_k": top_k, **({"policy": policy} if policy else {})}
+    try:
+        r = httpx.post(f"{url.rstrip('/')}/v1/route", json=body, timeout=60)
+    except httpx.HTTPError as e:
+        console.print(f"[red]cannot reach {url}: {e}[/red] (start it with: jeirt serve deployments/local.yaml)")
+        raise typer.Exit(1)
+    if r.status_code != 200:
+        console.print(f"[red]{r.status_code}: {r.text}[/red]")
+        raise typer.Exit(1)
+    d = r.json()["results"][0]
+    console.print(f"[bold]{d['chosen']}[/bold] (p_correct {d['p_correct']:.3f}; difficulty {d['difficulty']:.2f}; "
+                  f"nearest benchmark {d['nearest_benchmark']}; space {r.json()['space']})")
+    table = Table()
+    for col in ("LLM", "p_correct", "cost"):
+        table.add_column(col)
+    for s in d["scores"]:
+        table.add_row(s["model"], f"{s['p_correct']:.3f}", "-" if s["cost"] is None else f"{s['cost']:g}")
+    console.print(table)
+
+
 @app.command("mlflow-ui")
 def mlflow_ui(port: int = typer.Option(5000)):
     """Open the MLflow UI on the project's tracking database (127.0.0.1 only)."""

@@ -52,7 +52,8 @@ def train_space(prep: Prepared, config: TrainConfig | None = None, members: int 
                  prep.X.shape[1], prep.data.models.tolist(), prep.data.question_ids.tolist(),
                  metadata={"data": prep.data.name, "data_fingerprint": prep.data.fingerprint(),
                            "split": {"kind": prep.split.kind, "seed": prep.split.seed}, "members": history,
-                           **chosen})
+                           **chosen},
+                 question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist())
 
 
 def _space_predictor(space: Space, X):

@@ -6,6 +6,8 @@ Predictions average the members' probabilities (an ensemble over seeds). On disk
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,11 @@ class Space:
     model_names: list[str]
     question_ids: list[str] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)  # metrics, data fingerprint, routing policy, ...
+    # the frozen encoder embeddings and benchmarks of the training questions (aligned with
+    # question_ids), kept so that serving can onboard an LLM from question ids and name a
+    # query's nearest benchmark without the dataset
+    question_embeddings: np.ndarray | None = None
+    question_benchmarks: list[str] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -53,6 +60,25 @@ class Space:
     def model_vectors(self, member: int = 0) -> np.ndarray:
         return self.members[member].models.weight.detach().numpy().copy()
 
+    def with_model(self, name: str, vectors: list[np.ndarray]) -> "Space":
+        """A copy with LLM `name` set to one vector per member (added, or replaced if known)."""
+        if len(vectors) != len(self.members):
+            raise ValueError(f"need one vector per member ({len(self.members)}), got {len(vectors)}")
+        names = list(self.model_names)
+        row = names.index(name) if name in names else len(names)
+        if row == len(names):
+            names.append(name)
+        members = []
+        for mod, vec in zip(self.members, vectors):
+            new = copy.deepcopy(mod)
+            table = mod.models.weight.detach().clone()
+            if row == len(table):
+                table = torch.cat([table, table.new_zeros(1, table.shape[1])])
+            table[row] = torch.as_tensor(vec, dtype=table.dtype)
+            new.models = torch.nn.Embedding.from_pretrained(table, freeze=False)
+            members.append(new.eval())
+        return dataclasses.replace(self, members=members, model_names=names, metadata=copy.deepcopy(self.metadata))
+
     # ---- persistence ---------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
         d = Path(directory)
@@ -60,10 +86,14 @@ class Space:
         tensors = {f"member{i}.{k}": v.detach().contiguous() for i, mod in enumerate(self.members)
                    for k, v in mod.state_dict().items()}
         save_file(tensors, str(d / "weights.safetensors"))
+        if self.question_embeddings is not None:
+            save_file({"embeddings": torch.as_tensor(np.ascontiguousarray(self.question_embeddings, dtype=np.float32))},
+                      str(d / "questions.safetensors"))
         (d / "space.json").write_text(json.dumps({
             "format": "jeirt-space/1", "config": self.config.model_dump(), "encoder_id": self.encoder_id,
             "in_dim": self.in_dim, "n_members": len(self.members), "model_names": self.model_names,
-            "question_ids": self.question_ids, "metadata": self.metadata}, indent=1))
+            "question_ids": self.question_ids, "question_benchmarks": self.question_benchmarks,
+            "metadata": self.metadata}, indent=1))
         return d
 
     @classmethod
@@ -76,11 +106,15 @@ class Space:
         config = TrainConfig(**meta["config"])
         tensors = load_file(str(d / "weights.safetensors"))
         members = []
+        n_models = len(meta["model_names"])
         for i in range(meta["n_members"]):
-            mod = build_module(config.kind, meta["in_dim"], len(meta["model_names"]),
+            mod = build_module(config.kind, meta["in_dim"], n_models,
                                **config.model_dump(exclude={"kind"}))
             prefix = f"member{i}."
             mod.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
             members.append(mod.eval())
+        questions = d / "questions.safetensors"
+        embeddings = load_file(str(questions))["embeddings"].numpy() if questions.exists() else None
         return cls(members, config, meta["encoder_id"], meta["in_dim"], meta["model_names"],
-                   meta.get("question_ids", []), meta.get("metadata", {}))
+                   meta.get("question_ids", []), meta.get("metadata", {}), embeddings,
+                   meta.get("question_benchmarks", []))

@@ -1,0 +1,109 @@
+"""Onboarding a new LLM: fit its one vector with every question frozen.
+
+With the question directions u = E_Q / ||E_Q|| and norms fixed, P(correct) = sigmoid(u . theta -
+||E_Q||) is a logistic regression in theta with a fixed offset: convex, solved here exactly by
+Newton's method. The prior is Gaussian around the known LLMs (their mean vector, their average
+per-coordinate variance), which keeps a fit from a handful of answers sensible. The Laplace
+posterior (the inverse Hessian at the optimum) says how uncertain each question's predicted
+logit is, so the questions with the largest expected information are the ones to evaluate next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .metrics import binary_metrics
+from .space import Space
+
+
+@dataclass
+class RowFit:
+    theta: np.ndarray  # (d,)
+    cov: np.ndarray  # (d, d) Laplace posterior covariance
+    iterations: int
+
+
+def fit_row(u: np.ndarray, norm: np.ndarray, y: np.ndarray, prior_mean: np.ndarray, prior_var: float,
+            max_iter: int = 50, tol: float = 1e-8) -> RowFit:
+    """MAP vector of one LLM from its answers y in [0, 1] (soft labels work) to questions (u, norm)."""
+    u = np.asarray(u, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    norm = np.asarray(norm, dtype=np.float64)
+    prec = 1.0 / prior_var
+    theta = np.asarray(prior_mean, dtype=np.float64).copy()
+    eye = np.eye(u.shape[1])
+    for it in range(1, max_iter + 1):
+        p = 1.0 / (1.0 + np.exp(-(u @ theta - norm)))
+        grad = u.T @ (p - y) + prec * (theta - prior_mean)
+        hess = (u * (p * (1 - p))[:, None]).T @ u + prec * eye
+        step = np.linalg.solve(hess, grad)
+        theta -= step
+        if float(np.abs(step).max()) < tol:
+            break
+    p = 1.0 / (1.0 + np.exp(-(u @ theta - norm)))
+    hess = (u * (p * (1 - p))[:, None]).T @ u + prec * eye
+    return RowFit(theta, np.linalg.inv(hess), it)
+
+
+def _directions(space: Space, x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    out = []
+    for i in range(len(space.members)):
+        e = space.question_vectors(x, member=i).astype(np.float64)
+        norm = np.linalg.norm(e, axis=1).clip(1e-6)
+        out.append((e / norm[:, None], norm))
+    return out
+
+
+@dataclass
+class Onboarded:
+    space: Space  # the space with the LLM added (or updated)
+    report: dict  # held-back quality, fit time, suggestions
+
+
+def onboard(space: Space, name: str, x: np.ndarray, labels: np.ndarray, *, holdout: float = 0.2,
+            seed: int = 0, candidates: np.ndarray | None = None, candidate_ids: list[str] | None = None,
+            suggest: int = 10) -> Onboarded:
+    """Fit LLM `name` from its labels on questions with encoder embeddings `x`.
+
+    A seeded `holdout` share of the responses is held back to measure the fit (then the final
+    vector is refitted on all of them). `candidates` (embeddings of questions the LLM has not
+    answered, ids in `candidate_ids`) are ranked by expected information, the top `suggest`
+    returned."""
+    import time
+
+    labels = np.asarray(labels, dtype=np.float64)
+    if len(labels) == 0:
+        raise ValueError("no responses to fit")
+    known = [i for i, m in enumerate(space.model_names) if m != name] or list(range(len(space.model_names)))
+    dirs = _directions(space, x)
+    priors = []
+    for i in range(len(space.members)):
+        table = space.model_vectors(i)[known].astype(np.float64)
+        priors.append((table.mean(0), float(table.var(0).mean()) if len(table) > 1 else 1.0))
+
+    report: dict = {"model": name, "responses": int(len(labels)), "members": len(space.members)}
+    rng = np.random.default_rng(seed)
+    held = rng.random(len(labels)) < holdout if len(labels) >= 10 and holdout > 0 else np.zeros(len(labels), bool)
+    if held.any() and (~held).any():
+        probs = np.mean([1 / (1 + np.exp(-(u[held] @ fit_row(u[~held], n[~held], labels[~held], *pr).theta - n[held])))
+                         for (u, n), pr in zip(dirs, priors)], axis=0)
+        report["heldout"] = {"responses": int(held.sum()), **binary_metrics(probs, labels[held])}
+    start = time.perf_counter()
+    fits = [fit_row(u, n, labels, *pr) for (u, n), pr in zip(dirs, priors)]
+    report["fit_seconds"] = time.perf_counter() - start
+    report["newton_iterations"] = [f.iterations for f in fits]
+    if candidates is not None and len(candidates):
+        info = np.zeros(len(candidates))
+        for (u, n), f in zip(_directions(space, candidates), fits):
+            p = 1 / (1 + np.exp(-(u @ f.theta - n)))
+            # Fisher information of a new answer: p(1-p) times the posterior variance of its logit
+            info += p * (1 - p) * np.einsum("ij,jk,ik->i", u, f.cov, u)
+        top = np.argsort(-info)[:suggest]
+        ids = candidate_ids if candidate_ids is not None else [str(i) for i in range(len(candidates))]
+        report["next_questions"] = [{"question_id": ids[i], "information": float(info[i] / len(fits))} for i in top]
+    new_space = space.with_model(name, [torch.as_tensor(f.theta, dtype=torch.float32).numpy() for f in fits])
+    new_space.metadata.setdefault("onboarded", {})[name] = {k: v for k, v in report.items() if k != "next_questions"}
+    return Onboarded(new_space, report)

@@ -1,0 +1,1 @@
+"""Ray Serve: routing and onboarding over HTTP (plain cores in router.py, deployments in app.py)."""

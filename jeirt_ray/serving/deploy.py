@@ -1,0 +1,48 @@
+"""Start the Serve application described by a Serve config YAML (deployments/*.yaml)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+
+
+def load_config(path: str | Path, model: str | None = None, port: int | None = None):
+    """The validated Serve config (Ray's own ServeDeploySchema), with optional overrides of the
+    registered model name (every application's args.model) and the HTTP port."""
+    from ray.serve.schema import ServeDeploySchema
+    raw = yaml.safe_load(Path(path).read_text())
+    for app in raw.get("applications", []):
+        if model:
+            app.setdefault("args", {})["model"] = model
+    if port is not None:
+        raw.setdefault("http_options", {})["port"] = port
+    try:
+        return ServeDeploySchema.model_validate(raw)
+    except Exception as e:
+        raise ValueError(f"{path}: not a valid Serve config: {e}") from e
+
+
+def deploy(config, timeout_s: float = 300) -> str:
+    """Deploy every application of `config` on the current Ray cluster; wait until they run.
+    Returns the base URL. Raises with Serve's message when an application fails to deploy."""
+    from ray import serve
+    from ray.serve._private.api import serve_start
+
+    client = serve_start(http_options=config.http_options.model_dump(), proxy_location=config.proxy_location)
+    client.deploy_apps(config, _blocking=False)
+    deadline = time.monotonic() + timeout_s
+    names = [a.name for a in config.applications]
+    while True:
+        apps = serve.status().applications
+        states = {n: apps[n].status if n in apps else "NOT_STARTED" for n in names}
+        failed = {n: apps[n].message for n in names if n in apps and apps[n].status in ("DEPLOY_FAILED", "UNHEALTHY")}
+        if failed:
+            raise RuntimeError(f"Serve application(s) failed to deploy: {failed}")
+        if all(s == "RUNNING" for s in states.values()):
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Serve applications not running after {timeout_s:.0f} s: {states}")
+        time.sleep(0.5)
+    return f"http://{config.http_options.host}:{config.http_options.port}"

@@ -1,0 +1,145 @@
+"""Serving: the routing core and policies, request validation and onboarding without a cluster;
+Serve's local testing mode; and one real `serve` deployment on 127.0.0.1 driven over HTTP."""
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from jeirt_ray.encoders import HashingEncoder
+from jeirt_ray.evaluation import train_space
+from jeirt_ray.experiment import prepare
+from jeirt_ray.model.onboarding import fit_row, onboard
+from jeirt_ray.model.train import TrainConfig
+from jeirt_ray.serving.router import RequestError, RouterCore
+from jeirt_ray.serving.schemas import OnboardRequest, RouteRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+CFG = TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=60, patience=8)
+
+
+@pytest.fixture(scope="module")
+def prep(synthetic):
+    return prepare(synthetic, HashingEncoder(384), progress=False)
+
+
+@pytest.fixture(scope="module")
+def space(prep):
+    return train_space(prep, CFG, members=2, progress=False)
+
+
+def test_most_likely_is_the_argmax_and_top_k(space, prep):
+    core = RouterCore(space, "s/1")
+    x = prep.X[:7]
+    res = core.route(x, RouteRequest(queries=["a"] * 7, top_k=3))
+    probs = space.predict_proba(x)
+    for r, p in zip(res, probs):
+        assert r.chosen == space.model_names[int(p.argmax())]
+        assert len(r.scores) == 3 and r.scores[0].model == r.chosen
+        assert r.p_correct == pytest.approx(float(p.max()), abs=1e-6)
+
+
+def test_cost_policies_and_budget(space, prep):
+    names = space.model_names
+    costs = {n: float(i + 1) for i, n in enumerate(names)}  # names[0] cheapest
+    core = RouterCore(space, "s/1", costs)
+    x = prep.X[:5]
+    probs = space.predict_proba(x)
+    heavy = core.route(x, RouteRequest(queries=["q"] * 5, policy="cost_weighted", cost_weight=100.0))
+    assert all(r.chosen == names[0] for r in heavy)  # price dominates
+    margin = core.route(x, RouteRequest(queries=["q"] * 5, policy="cheapest_within_margin", margin=0.05))
+    for r, p in zip(margin, probs):
+        ok = [names[j] for j in np.flatnonzero(p >= p.max() - 0.05)]
+        assert r.chosen == min(ok, key=costs.get) and r.expected_cost == costs[r.chosen]
+    budget = core.route(x, RouteRequest(queries=["q"] * 5, budget=3.0))
+    assert all(costs[r.chosen] <= 3.0 for r in budget)
+    with pytest.raises(RequestError, match="no candidate LLM costs at most"):
+        core.route(x, RouteRequest(query="q", budget=0.5))
+
+
+def test_route_errors_name_the_problem(space, prep):
+    core = RouterCore(space, "s/1")
+    with pytest.raises(RequestError, match=r"unknown candidate LLM\(s\) \['gpt-9'\]"):
+        core.route(prep.X[:1], RouteRequest(query="q", candidates=["gpt-9"]))
+    with pytest.raises(RequestError, match="need a cost table"):
+        core.route(prep.X[:1], RouteRequest(query="q", policy="cost_weighted"))
+    with pytest.raises(ValueError, match="no price for"):
+        RouterCore(space, "s/1", {space.model_names[0]: 1.0})
+
+
+def test_nearest_benchmark_of_training_questions(space, prep):
+    core = RouterCore(space, "s/1")
+    rows = np.arange(0, len(prep.X), 37)
+    res = core.route(prep.X[rows], RouteRequest(queries=["q"] * len(rows)))
+    hits = np.mean([r.nearest_benchmark == prep.data.benchmarks[i] for r, i in zip(res, rows)])
+    assert hits > 0.5  # topics are what the synthetic benchmarks are made of
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"query": "   "}, "at least 1 character"),
+    ({"query": "x" * 9000}, "at most 8000 characters"),
+    ({"queries": ["q"] * 65}, "at most 64 items"),
+    ({"query": "a", "queries": ["b"]}, "exactly one of 'query'"),
+    ({}, "exactly one of 'query'"),
+    ({"query": "a", "top_k": 0}, "greater than or equal to 1"),
+    ({"query": "a", "policy": "cheapest"}, "most_likely"),
+    ({"query": "a", "promptt": 1}, "Extra inputs are not permitted"),
+])
+def test_route_request_validation(body, message):
+    with pytest.raises(ValidationError, match=message):
+        RouteRequest(**body)
+
+
+@pytest.mark.parametrize("responses, message", [
+    ([{"question_id": "q1", "label": 1.5}], "less than or equal to 1"),
+    ([{"question_id": "q1", "label": float("nan")}], "label"),
+    ([{"question_id": "q1", "text": "t", "label": 1}], "exactly one of 'question_id' or 'text'"),
+    ([], "at least 1 item"),
+])
+def test_onboard_request_validation(responses, message):
+    with pytest.raises(ValidationError, match=message):
+        OnboardRequest(model="new", responses=responses)
+
+
+def test_fit_row_recovers_a_vector():
+    rng = np.random.default_rng(0)
+    u = rng.normal(size=(4000, 8))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    norm = rng.uniform(0.5, 2.0, 4000)
+    theta = rng.normal(size=8) * 2
+    y = (rng.random(4000) < 1 / (1 + np.exp(-(u @ theta - norm)))).astype(float)
+    fit = fit_row(u, norm, y, np.zeros(8), 100.0)
+    assert np.corrcoef(fit.theta, theta)[0, 1] > 0.97
+    assert np.all(np.linalg.eigvalsh(fit.cov) > 0)
+
+
+def test_onboarding_a_held_out_llm(prep):
+    """Train without one LLM, onboard it from its training responses: its predictions on test
+    questions are about as good as the jointly trained space's, and the fit is fast."""
+    import dataclasses
+
+    from jeirt_ray.model.metrics import binary_metrics
+    data, target = prep.data, 3
+    name = str(data.models[target])
+    joint = train_space(prep, CFG, members=1, progress=False)
+    blind = dataclasses.replace(prep, split=dataclasses.replace(prep.split, heldout_models=[name]))
+    base = train_space(blind, CFG, members=1, progress=False)
+    part = prep.split.question_part[data.q_idx]
+    mine_train = (part == 0) & (data.m_idx == target)
+    mine_test = (part == 2) & (data.m_idx == target)
+    res = onboard(base, name, prep.X[data.q_idx[mine_train]], data.labels[mine_train], suggest=5,
+                  candidates=prep.X[:50], candidate_ids=[str(i) for i in range(50)])
+    assert res.report["fit_seconds"] < 1.0 and len(res.report["next_questions"]) == 5
+    assert res.space.model_names == base.model_names  # a known name is updated in place
+    x_test = prep.X[data.q_idx[mine_test]]
+    onb = binary_metrics(res.space.predict_proba(x_test)[:, target], data.labels[mine_test])
+    jnt = binary_metrics(joint.predict_proba(x_test)[:, target], data.labels[mine_test])
+    untrained = binary_metrics(base.predict_proba(x_test)[:, target], data.labels[mine_test])
+    assert onb["test_accuracy"] > jnt["test_accuracy"] - 0.05
+    assert onb["log_loss"] < untrained["log_loss"]  # the fit, not the untrained row, does the work
+    added = res.space.with_model("brand-new", [np.zeros(CFG.dim)])
+    assert added.model_names[-1] == "brand-new" and added.predict_proba(x_test[:2]).shape[1] == data.n_models + 1
