@@ -291,6 +291,25 @@ def route(query: str = typer.Argument(..., help="the question to route"),
     console.print(table)
 
 
+@app.command("k8s-check")
+def k8s_check(crds: Path = typer.Option(Path("../shared/kuberay-crds"), help="folder with the KubeRay CRDs "
+                                                                            "(ray.io_*.yaml, KubeRay v1.7.0)"),
+              root: Path = typer.Option(Path("."), help="the repository root")):
+    """Validate k8s/ and deployments/ offline: Kubernetes and KubeRay schemas, Serve configs, Ray versions."""
+    from .manifests import check_all
+    try:
+        report = check_all(root, crds)
+    except FileNotFoundError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(2)
+    bad = {k: v for k, v in report.items() if v}
+    for place, errors in report.items():
+        console.print(f"{'[red]FAIL[/red]' if errors else '[green]ok[/green]  '} {place}")
+        for e in errors:
+            console.print(f"       {e}")
+    raise typer.Exit(1 if bad else 0)
+
+
 @app.command("mlflow-ui")
 def mlflow_ui(port: int = typer.Option(5000)):
     """Open the MLflow UI on the project's tracking database (127.0.0.1 only)."""

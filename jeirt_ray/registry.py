@@ -40,7 +40,10 @@ class Registry:
         exp = self.client.get_experiment_by_name(EXPERIMENT)
         if exp is not None:
             return exp.experiment_id
-        # an explicit artifact location: the Default experiment's is relative to the first cwd
+        if self.tracking_uri.startswith(("http://", "https://", "databricks")):
+            return self.client.create_experiment(EXPERIMENT)  # the server decides (e.g. --serve-artifacts)
+        # a local store: an explicit artifact location (the Default experiment's is relative to
+        # the first cwd)
         artifacts = (paths.home() / "mlartifacts").resolve()
         return self.client.create_experiment(EXPERIMENT, artifact_location=artifacts.as_uri())
 

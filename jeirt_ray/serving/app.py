@@ -34,7 +34,10 @@ TOKEN_ENV = "JEIRT_API_TOKEN"
 
 @serve.deployment(name="Encoder")
 class Encoder:
-    def __init__(self, encoder: str):
+    def __init__(self, encoder: str, threads: int | None = None):
+        if threads:  # Ray pins torch to the replica's num_cpus; a replica may use more threads
+            import torch
+            torch.set_num_threads(threads)
         self.encoder = make_encoder(encoder)
         self.encoder.encode(["warm-up"])  # load the weights before the first request
 
@@ -246,11 +249,12 @@ class Ingress:
 
 def build_app(args: dict):
     """Serve's application builder. args: model (registered name), encoder (spec),
-    tracking_uri (optional; default MLFLOW_TRACKING_URI or the project's SQLite database)."""
+    encoder_threads (optional torch threads per encoder replica), tracking_uri (optional;
+    default MLFLOW_TRACKING_URI or the project's SQLite database)."""
     if "model" not in args:
         raise ValueError("the Serve config's args must name the registered 'model'")
     encoder = args.get("encoder", "all-MiniLM-L6-v2")
     encoder_id = make_encoder(encoder).encoder_id  # cheap: the weights load lazily
     uri = args.get("tracking_uri")
-    return Ingress.bind(Encoder.bind(encoder), Router.bind(args["model"], encoder_id, uri),
+    return Ingress.bind(Encoder.bind(encoder, args.get("encoder_threads")), Router.bind(args["model"], encoder_id, uri),
                         Onboarder.bind(args["model"], encoder_id, uri))

@@ -1,0 +1,165 @@
+"""Static checks of the Kubernetes manifests (k8s/) and Serve configs (deployments/).
+
+No cluster is needed: core kinds are validated against the Kubernetes OpenAPI schemas bundled
+by `kubernetes-validate` (strict: unknown fields are errors); RayJob, RayService and RayCluster
+against the KubeRay CRDs' OpenAPI schemas, made strict the same way (an unknown field is an
+error; a required field that has a default may be omitted, as the API server fills it in);
+every Serve config against Ray's own ServeDeploySchema plus a check for unknown keys (which
+that schema silently ignores); and the Ray versions of pyproject.toml, the image and every
+manifest must agree. `jeirt k8s-check` runs them all.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+import yaml
+
+K8S_VERSION = "1.33.0"
+CRD_KINDS = {"RayCluster", "RayJob", "RayService"}
+
+
+def load_docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+
+
+# ---- KubeRay CRDs ---------------------------------------------------------------------------
+def _strict(schema: dict) -> dict:
+    s = dict(schema)
+    if s.pop("x-kubernetes-int-or-string", False):
+        s.pop("type", None)
+        s["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if "properties" in s:
+        s["properties"] = {k: _strict(v) for k, v in s["properties"].items()}
+        if not s.get("x-kubernetes-preserve-unknown-fields"):
+            s.setdefault("additionalProperties", False)
+        if "required" in s:
+            s["required"] = [r for r in s["required"] if "default" not in s["properties"].get(r, {})]
+    if isinstance(s.get("items"), dict):
+        s["items"] = _strict(s["items"])
+    if isinstance(s.get("additionalProperties"), dict):
+        s["additionalProperties"] = _strict(s["additionalProperties"])
+    for key in ("allOf", "anyOf", "oneOf"):
+        if key in s:
+            s[key] = [_strict(x) for x in s[key]]
+    return s
+
+
+def crd_schemas(crd_dir: Path) -> dict[tuple[str, str], dict]:
+    """{(apiVersion, kind): strict JSON schema} from KubeRay CRD files."""
+    out = {}
+    for path in sorted(Path(crd_dir).glob("ray.io_*.yaml")):
+        for crd in load_docs(path):
+            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+            for version in crd["spec"]["versions"]:
+                out[(f"{group}/{version['name']}", kind)] = _strict(version["schema"]["openAPIV3Schema"])
+    if not out:
+        raise FileNotFoundError(f"no KubeRay CRDs (ray.io_*.yaml) in {crd_dir}")
+    return out
+
+
+def validate_doc(doc: dict, crds: dict[tuple[str, str], dict]) -> list[str]:
+    """Schema errors of one manifest ([] when valid)."""
+    kind = doc.get("kind")
+    if kind in CRD_KINDS:
+        import jsonschema
+        schema = crds.get((doc.get("apiVersion"), kind))
+        if schema is None:
+            return [f"{kind} {doc.get('apiVersion')}: no such KubeRay CRD version"]
+        validator = jsonschema.Draft7Validator(schema)
+        errors = [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+                  for e in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.path)))]
+        if kind == "RayService":
+            errors += [f"spec.serveConfigV2: {e}" for e in check_serve_config(yaml.safe_load(doc["spec"]["serveConfigV2"]))]
+        return errors
+    import kubernetes_validate
+    try:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return [f"{'.'.join(map(str, e.path)) or '<root>'}: {e.message}"]
+    except kubernetes_validate.utils.SchemaNotFoundError as e:
+        return [f"no schema for {kind} {doc.get('apiVersion')}: {e}"]
+    return []
+
+
+# ---- Serve configs ----------------------------------------------------------------------------
+def _model_in(annotation):
+    """The pydantic model class inside an annotation like Optional[X], List[X], Union[dict, X]."""
+    from pydantic import BaseModel
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    for arg in typing.get_args(annotation):
+        model, _ = _model_in(arg)
+        if model is not None:
+            return model, typing.get_origin(annotation) in (list, typing.List)
+    return None, False
+
+
+def _unknown_keys(raw, model, where: str) -> list[str]:
+    if not isinstance(raw, dict):
+        return []
+    fields = model.model_fields
+    names = set(fields) | {f.alias for f in fields.values() if f.alias}
+    errors = [f"{where}{k}: unknown key (not in {model.__name__})" for k in raw if k not in names]
+    for key, value in raw.items():
+        if key not in fields:
+            continue
+        sub, is_list = _model_in(fields[key].annotation)
+        if sub is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            errors += _unknown_keys(item, sub, f"{where}{key}{f'[{i}]' if isinstance(value, list) else ''}.")
+    return errors
+
+
+def check_serve_config(raw: dict) -> list[str]:
+    from pydantic import ValidationError
+    from ray.serve.config import AutoscalingConfig
+    from ray.serve.schema import ServeDeploySchema
+    try:
+        ServeDeploySchema.model_validate(raw)
+        # typed Union[Dict, AutoscalingConfig] there, so any dict passes: check it as the config it is
+        for app in raw.get("applications", []):
+            for dep in app.get("deployments", []):
+                if isinstance(dep.get("autoscaling_config"), dict):
+                    AutoscalingConfig.model_validate(dep["autoscaling_config"])
+    except ValidationError as e:
+        return [str(e)]
+    return _unknown_keys(raw, ServeDeploySchema, "")
+
+
+# ---- versions ----------------------------------------------------------------------------------
+def ray_versions(root: Path) -> dict[str, str]:
+    """Where the Ray version is stated: pyproject.toml, the Containerfile, every manifest."""
+    found = {}
+    pin = re.search(r'"ray\[[^\]]*\]==([\d.]+)"', (root / "pyproject.toml").read_text())
+    found["pyproject.toml"] = pin.group(1) if pin else "unpinned"
+    arg = re.search(r"ARG RAY_VERSION=([\d.]+)", (root / "k8s" / "Containerfile").read_text())
+    found["k8s/Containerfile"] = arg.group(1) if arg else "missing"
+    for path in sorted((root / "k8s").glob("*.yaml")):
+        for doc in load_docs(path):
+            spec = doc.get("spec", {})
+            cluster = spec.get("rayClusterSpec") or spec.get("rayClusterConfig") or spec
+            if doc.get("kind") in CRD_KINDS:
+                found[f"k8s/{path.name}:{doc['metadata']['name']}"] = str(cluster.get("rayVersion", "missing"))
+    return found
+
+
+def check_all(root: Path, crd_dir: Path) -> dict[str, list[str]]:
+    """{place: [errors]} over every manifest, Serve config and version statement."""
+    crds = crd_schemas(crd_dir)
+    report: dict[str, list[str]] = {}
+    for path in sorted((root / "k8s").glob("*.yaml")):
+        for i, doc in enumerate(load_docs(path)):
+            report[f"k8s/{path.name}#{i}:{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"] = \
+                validate_doc(doc, crds)
+    for path in sorted((root / "deployments").glob("*.yaml")):
+        report[f"deployments/{path.name}"] = check_serve_config(yaml.safe_load(path.read_text()))
+    versions = ray_versions(root)
+    expected = versions["pyproject.toml"]
+    report["ray versions"] = [f"{where}: Ray {v}, but pyproject.toml pins {expected}"
+                              for where, v in versions.items() if v != expected]
+    return report

@@ -1,0 +1,88 @@
+"""The KubeRay manifests and Serve configs, validated statically (no cluster exists here)."""
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jeirt_ray.manifests import check_all, check_serve_config, crd_schemas, load_docs, ray_versions, validate_doc
+
+ROOT = Path(__file__).resolve().parents[1]
+CRDS = Path(os.environ.get("JEIRT_KUBERAY_CRDS", ROOT / ".." / "shared" / "kuberay-crds"))
+
+
+@pytest.fixture(scope="module")
+def crds():
+    if not (CRDS / "ray.io_rayservices.yaml").exists():
+        pytest.skip(f"KubeRay CRDs not found at {CRDS.resolve()} (set JEIRT_KUBERAY_CRDS to the folder "
+                    f"of ray.io_*.yaml from the KubeRay v1.7.0 release)")
+    return crd_schemas(CRDS)
+
+
+def _doc(name):
+    return load_docs(ROOT / "k8s" / name)[0]
+
+
+def test_every_manifest_and_serve_config_validates(crds):
+    report = check_all(ROOT, CRDS)
+    assert {k for k in report if k.startswith("k8s/ray-")} >= {
+        "k8s/ray-job.encode.yaml#0:RayJob/jeirt-encode", "k8s/ray-job.train.yaml#0:RayJob/jeirt-train",
+        "k8s/ray-job.tune.yaml#0:RayJob/jeirt-tune", "k8s/ray-service.router.yaml#0:RayService/jeirt-router",
+        "k8s/ray-cluster.dev.yaml#0:RayCluster/jeirt-dev"}
+    assert {k: v for k, v in report.items() if v} == {}
+
+
+def test_ray_service_serves_the_production_config():
+    service = _doc("ray-service.router.yaml")
+    production = yaml.safe_load((ROOT / "deployments" / "production.yaml").read_text())
+    assert yaml.safe_load(service["spec"]["serveConfigV2"]) == production
+
+
+def test_a_wrong_field_in_a_ray_service_fails(crds):
+    doc = _doc("ray-service.router.yaml")
+    bad = copy.deepcopy(doc)
+    bad["spec"]["rayClusterConfig"]["headGroupSpec"]["rayStartParam"] = {}  # typo of rayStartParams
+    assert any("rayStartParam" in e for e in validate_doc(bad, crds))
+    bad = copy.deepcopy(doc)
+    bad["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] = "two"
+    assert any("replicas" in e for e in validate_doc(bad, crds))
+    bad = copy.deepcopy(doc)
+    serve = yaml.safe_load(bad["spec"]["serveConfigV2"])
+    serve["applications"][0]["deployments"][0]["num_replica"] = 2
+    bad["spec"]["serveConfigV2"] = yaml.safe_dump(serve)
+    assert any("num_replica: unknown key" in e for e in validate_doc(bad, crds))
+
+
+def test_a_wrong_field_in_a_core_kind_fails(crds):
+    doc = load_docs(ROOT / "k8s" / "mlflow.yaml")[3]
+    assert doc["kind"] == "Deployment" and validate_doc(doc, crds) == []
+    doc["spec"]["replica"] = 1
+    assert validate_doc(doc, crds)
+
+
+def test_serve_config_unknown_keys_and_bad_values():
+    raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
+    assert check_serve_config(raw) == []
+    raw["applications"][0]["deployments"][0]["ray_actor_options"]["num_gpu"] = 1
+    assert check_serve_config(raw) == [
+        "applications[0].deployments[0].ray_actor_options.num_gpu: unknown key (not in RayActorOptionsSchema)"]
+    raw = yaml.safe_load((ROOT / "deployments" / "production.yaml").read_text())
+    raw["applications"][0]["deployments"][0]["autoscaling_config"]["min_replicas"] = -1
+    assert check_serve_config(raw)
+
+
+def test_ray_versions_agree_and_a_mismatch_is_caught(tmp_path):
+    versions = ray_versions(ROOT)
+    assert set(versions.values()) == {"2.60.0"} and len(versions) >= 7
+    for sub in ("k8s", "deployments"):
+        (tmp_path / sub).mkdir()
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    (tmp_path / "k8s" / "Containerfile").write_text((ROOT / "k8s" / "Containerfile").read_text())
+    text = (ROOT / "k8s" / "ray-job.train.yaml").read_text().replace('rayVersion: "2.60.0"', 'rayVersion: "2.59.0"')
+    (tmp_path / "k8s" / "ray-job.train.yaml").write_text(text)
+    if (CRDS / "ray.io_rayjobs.yaml").exists():
+        report = check_all(tmp_path, CRDS)
+        assert report["ray versions"] == ["k8s/ray-job.train.yaml:jeirt-train: Ray 2.59.0, but pyproject.toml pins 2.60.0"]
+    assert ray_versions(tmp_path)["k8s/ray-job.train.yaml:jeirt-train"] == "2.59.0"
