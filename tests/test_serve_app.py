@@ -46,12 +46,12 @@ def registry(tmp_path_factory, synthetic):
 
 
 def test_local_testing_mode_routes_without_a_cluster(registry):
-    """Ingress, Router and Onboarder in Serve's local testing mode. The Encoder is swapped for an
-    unbatched one: in Ray 2.60, @serve.batch asks for a replica context that local testing mode
-    does not set (the real deployment below covers the batched encoder)."""
+    """The Router (the HTTP ingress) and the Onboarder in Serve's local testing mode. The Encoder
+    is swapped for an unbatched one: in Ray 2.60, @serve.batch asks for a replica context that
+    local testing mode does not set (the real deployment below covers the batched encoder)."""
     from ray import serve
 
-    from jeirt_ray.serving.app import Ingress, Onboarder, Router
+    from jeirt_ray.serving.app import Onboarder, Router
     from jeirt_ray.serving.schemas import RouteRequest
     reg, space, prep = registry
 
@@ -63,7 +63,7 @@ def test_local_testing_mode_routes_without_a_cluster(registry):
         async def encode(self, text):
             return self.encoder.encode([text])[0]
 
-    app = Ingress.bind(PlainEncoder.bind(), Router.bind(NAME, "hashing-384"), Onboarder.bind(NAME, "hashing-384"))
+    app = Router.bind(PlainEncoder.bind(), Onboarder.bind(NAME, "hashing-384"), NAME, "hashing-384")
     handle = serve.run(app, _local_testing_mode=True)
     res = handle.route.remote(RouteRequest(query=str(prep.data.texts[0]), top_k=2)).result()
     assert res["space"] == f"{NAME}/1" and len(res["results"][0]["scores"]) == 2

@@ -105,3 +105,38 @@ def generate(n_models: int = 24, n_questions: int = 1200, dim: int = 8, observed
                         q_idx.astype(np.int64), m_idx.astype(np.int64), labels,
                         name="synthetic", synthetic=True,
                         extra={"q_true": q_true, "m_true": m_true, "p_true": p_true})
+
+
+def sparse_scale(n_models: int, n_questions: int, *, n_benchmarks: int = 50, benchmarks_per_model: int = 3,
+                 in_dim: int = 384, true_dim: int = 16, seed: int = 0):
+    """A large SYNTHETIC sparse dataset for scale tests, as arrays (no text, no ResponseData).
+
+    Questions are split evenly into benchmarks; each LLM is evaluated on `benchmarks_per_model`
+    random benchmarks (all of their questions), as leaderboards do, so the observed pairs grow
+    with n_models x questions per benchmark, not with n_models x n_questions. Labels come from
+    a random JE-IRT geometry of `true_dim` dimensions; `X` stands in for the frozen encoder
+    embeddings (a random linear image of the true question vectors plus noise).
+    Returns X (Q, in_dim) float32, q, m (int64) and y (float32) over the observed pairs."""
+    rng = np.random.default_rng(seed)
+    bench = np.arange(n_questions) % n_benchmarks
+    centres = rng.normal(size=(n_benchmarks, true_dim))
+    e_true = centres[bench] + 0.7 * rng.normal(size=(n_questions, true_dim))
+    e_true *= rng.uniform(0.3, 2.0, size=(n_questions, 1)) / np.linalg.norm(e_true, axis=1, keepdims=True)
+    models = rng.normal(scale=1.5, size=(n_models, true_dim))
+    X = (e_true @ rng.normal(size=(true_dim, in_dim)) + 0.3 * rng.normal(size=(n_questions, in_dim))).astype(np.float32)
+    by_bench = [np.flatnonzero(bench == b) for b in range(n_benchmarks)]
+    q_parts, m_parts = [], []
+    for m in range(n_models):
+        for b in rng.choice(n_benchmarks, size=benchmarks_per_model, replace=False):
+            q_parts.append(by_bench[b])
+            m_parts.append(np.full(len(by_bench[b]), m))
+    q = np.concatenate(q_parts)
+    m = np.concatenate(m_parts)
+    y = np.empty(len(q), dtype=np.float32)
+    norms = np.linalg.norm(e_true, axis=1)
+    u = e_true / norms[:, None]
+    for i in range(0, len(q), 1 << 22):  # in chunks: bounded memory at tens of millions of pairs
+        s = slice(i, i + (1 << 22))
+        logit = np.einsum("ij,ij->i", u[q[s]], models[m[s]]) - norms[q[s]]
+        y[s] = rng.random(len(logit)) < 1 / (1 + np.exp(-logit))
+    return X, q, m, y

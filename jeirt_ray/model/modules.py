@@ -45,10 +45,12 @@ class JEIRT(nn.Module):
 
     def forward(self, x: torch.Tensor, q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         u, norm = self.split(self.question_vectors(x))
-        if u.shape[0] * self.models.num_embeddings <= DENSE_LIMIT:
-            # one small (questions x models) product, then gather: far cheaper than gathering
-            # a d-dimensional vector per pair
+        block = u.shape[0] * self.models.num_embeddings
+        if block <= DENSE_LIMIT and 4 * len(q) >= block:
+            # a dense batch (most LLMs answered these questions): one small (questions x models)
+            # product, then gather, is far cheaper than gathering a d-dimensional vector per pair
             return (u @ self.models.weight.T)[q, m] - norm[q]
+        # a sparse batch: one dot product per observed pair, so the cost follows the pairs
         return (u[q] * self.models(m)).sum(-1) - norm[q]
 
     def score_all(self, x: torch.Tensor) -> torch.Tensor:

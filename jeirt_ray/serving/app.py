@@ -1,14 +1,17 @@
-"""Ray Serve deployments: encoder, router, onboarding, and the FastAPI ingress.
+"""Ray Serve deployments: the encoder, the router (which is also the FastAPI ingress) and
+the onboarder.
 
     Encoder   the frozen text encoder; @serve.batch merges concurrent queries into one forward
-    Router    the space at models:/<model>@<alias> (live settings in user_config), one matrix
-              product per ensemble member for every query
+    Router    the HTTP API (FastAPI): /v1/route, /v1/chat/completions, /v1/onboard, /v1/models,
+              /health. Holds the space at models:/<model>@<alias> (live settings in user_config)
+              and scores every LLM with one matrix product per ensemble member
     Onboarder fits a new LLM's vector, registers it as a new version, optionally moves the alias
-    Ingress   the HTTP API (FastAPI): /v1/route, /v1/chat/completions, /v1/onboard, /v1/models,
-              /health
 
-`build_app(args)` is the import path of the Serve configs in deployments/ (the only place that
-sets replicas, autoscaling, resources and user_config). Every class is a plain class first.
+The router is the ingress rather than a separate deployment behind one: its work per query is
+a few milliseconds, and on the reference machine every extra handle hop cost about 6 ms, a
+fifth of a query's latency (README, "Serving"). `build_app(args)` is the import path of the
+Serve configs in deployments/ (the only place that sets replicas, autoscaling, resources and
+user_config). The routing logic is a plain class (router.RouterCore), tested without Ray.
 """
 
 # no `from __future__ import annotations`: Serve's class-based FastAPI views need the request
@@ -16,6 +19,7 @@ sets replicas, autoscaling, resources and user_config). Every class is a plain c
 import asyncio
 import logging
 import os
+import threading
 import time
 
 import numpy as np
@@ -41,69 +45,13 @@ class Encoder:
         self.encoder = make_encoder(encoder)
         self.encoder.encode(["warm-up"])  # load the weights before the first request
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)  # no waiting alone; batches form under load
     async def encode(self, texts: list[str]) -> list[np.ndarray]:
         return list(self.encoder.encode(texts))
 
     async def encode_many(self, texts: list[str]) -> np.ndarray:
         """A request's own batch (e.g. onboarding by text) in one call."""
         return self.encoder.encode(texts)
-
-
-# a default user_config, so that Serve always calls reconfigure (which loads the space) while the
-# replica starts: a registry or alias that cannot be loaded fails the deployment loudly
-@serve.deployment(name="Router", user_config={"alias": "champion"})
-class Router:
-    def __init__(self, model: str, encoder_id: str, tracking_uri: str | None = None):
-        self.source = SpaceSource(tracking_uri, encoder_id)
-        self.settings = RouterSettings(model=model)
-        self.core: RouterCore | None = None
-        self.version: str | None = None
-
-    def reconfigure(self, user_config: dict) -> None:
-        """Apply changed live settings (alias, costs, default policy, upstreams) without a redeploy.
-        A setting that cannot be applied leaves the current state serving and is reported."""
-        settings = RouterSettings(model=self.settings.model, **user_config)
-        old = self.settings
-        self.settings = settings
-        try:
-            self._swap(force=True)
-        except Exception:
-            if self.core is None:
-                raise  # nothing to keep serving: fail loudly at start-up
-            self.settings = old
-            log.exception("new router settings rejected; still serving %s version %s", old.uri, self.version)
-
-    def _swap(self, force: bool = False) -> None:
-        changed = self.source.changed(self.settings, force=force)
-        if changed is None and self.core is not None and not force:
-            return
-        version, space = changed if changed else (self.version, self.core.space)
-        self.core = RouterCore(space, f"{self.settings.model}/{version}", self.settings.costs,
-                               self.settings.default_policy)
-        self.version = version
-
-    def _refresh(self) -> None:
-        try:
-            self._swap()
-        except Exception:
-            log.exception("could not load the new version of %s; still serving version %s",
-                          self.settings.uri, self.version)
-
-    async def route(self, x: np.ndarray, request: dict) -> dict:
-        self._refresh()
-        req = RouteRequest(**request)
-        return RouteResponse(space=self.core.label, results=self.core.route(x, req)).model_dump()
-
-    async def models(self) -> dict:
-        self._refresh()
-        return {"object": "list", "space": self.core.label, "alias": self.settings.alias,
-                "data": [{"id": n, "object": "model", "owned_by": "jeirt", "registry_version": self.version,
-                          "cost": None if self.core.costs is None else float(self.core.costs[i])}
-                         for i, n in enumerate(self.core.names)]}
-
-    async def upstream(self, model: str) -> str | None:
-        return (self.settings.upstreams or {}).get(model)
 
 
 @serve.deployment(name="Onboarder")
@@ -174,27 +122,65 @@ def jsonable(errors):
     return [{k: (str(v) if k == "ctx" else v) for k, v in e.items() if k != "input"} for e in errors]
 
 
-@serve.deployment(name="Ingress")
+# a default user_config, so that Serve always calls reconfigure (which loads the space) while the
+# replica starts: a registry or alias that cannot be loaded fails the deployment loudly
+@serve.deployment(name="Router", user_config={"alias": "champion"})
 @serve.ingress(api)
-class Ingress:
-    def __init__(self, encoder, router, onboarder, token_env: str = TOKEN_ENV):
-        self.encoder, self.router, self.onboarder = encoder, router, onboarder
+class Router:
+    def __init__(self, encoder, onboarder, model: str, encoder_id: str, tracking_uri: str | None = None,
+                 token_env: str = TOKEN_ENV):
+        self.encoder, self.onboarder = encoder, onboarder
+        self.source = SpaceSource(tracking_uri, encoder_id)
+        self.settings = RouterSettings(model=model)
+        self.core: RouterCore | None = None
+        self.version: str | None = None
         self.token = os.environ.get(token_env) or None
         self.token_env = token_env
+        self.lock = threading.Lock()
 
-    async def _embed(self, texts: list[str]) -> np.ndarray:
-        return np.stack(await asyncio.gather(*(self.encoder.encode.remote(t) for t in texts)))
+    # ---- the space and live settings -----------------------------------------------------------
+    def reconfigure(self, user_config: dict) -> None:
+        """Apply changed live settings (alias, costs, default policy, upstreams) without a redeploy.
+        A setting that cannot be applied leaves the current state serving and is reported."""
+        old = self.settings
+        self.settings = RouterSettings(model=old.model, **user_config)
+        try:
+            self._swap(force=True)
+        except Exception:
+            if self.core is None:
+                raise  # nothing to keep serving: fail loudly at start-up
+            self.settings = old
+            log.exception("new router settings rejected; still serving %s version %s", old.uri, self.version)
+
+    def _swap(self, force: bool = False) -> None:
+        # under a lock: Serve's local testing mode runs reconfigure concurrently with the first
+        # request, and two loads must not interleave
+        with self.lock:
+            changed = self.source.changed(self.settings, force=force)
+            if changed is None and not force:
+                return
+            version, space = changed if changed else (self.version, self.core.space)
+            self.core = RouterCore(space, f"{self.settings.model}/{version}", self.settings.costs,
+                                   self.settings.default_policy)
+            self.version = version
+
+    def _refresh(self) -> None:
+        try:
+            self._swap()
+        except Exception:
+            log.exception("could not load the new version of %s; still serving version %s",
+                          self.settings.uri, self.version)
 
     async def _route(self, body: RouteRequest) -> dict:
+        x = np.stack(await asyncio.gather(*(self.encoder.encode.remote(t) for t in body.texts)))
+        self._refresh()
         try:
-            return await self.router.route.remote(await self._embed(body.texts), body.model_dump())
+            results = self.core.route(x, body)
         except RequestError as e:
             raise HTTPException(422, str(e))
-        except Exception as e:  # a RayTaskError wrapping a RequestError
-            if isinstance(getattr(e, "cause", None), RequestError):
-                raise HTTPException(422, str(e.cause))
-            raise
+        return RouteResponse(space=self.core.label, results=results).model_dump()
 
+    # ---- HTTP ------------------------------------------------------------------------------------
     @api.post("/v1/route")
     async def route(self, body: RouteRequest) -> dict:
         return await self._route(body)
@@ -203,7 +189,7 @@ class Ingress:
     async def chat(self, body: ChatRequest) -> dict:
         routed = await self._route(RouteRequest(query=body.last_user_text))
         decision = routed["results"][0]
-        upstream = await self.router.upstream.remote(decision["chosen"])
+        upstream = (self.settings.upstreams or {}).get(decision["chosen"])
         routing = {"chosen": decision["chosen"], "p_correct": decision["p_correct"], "space": routed["space"],
                    "scores": decision["scores"][:5]}
         if upstream:
@@ -239,12 +225,16 @@ class Ingress:
 
     @api.get("/v1/models")
     async def models(self) -> dict:
-        return await self.router.models.remote()
+        self._refresh()
+        return {"object": "list", "space": self.core.label, "alias": self.settings.alias,
+                "data": [{"id": n, "object": "model", "owned_by": "jeirt", "registry_version": self.version,
+                          "cost": None if self.core.costs is None else float(self.core.costs[i])}
+                         for i, n in enumerate(self.core.names)]}
 
     @api.get("/health")
     async def health(self) -> dict:
-        models = await self.router.models.remote()
-        return {"status": "ok", "space": models["space"], "llms": len(models["data"])}
+        self._refresh()
+        return {"status": "ok", "space": self.core.label, "llms": len(self.core.names)}
 
 
 def build_app(args: dict):
@@ -256,5 +246,5 @@ def build_app(args: dict):
     encoder = args.get("encoder", "all-MiniLM-L6-v2")
     encoder_id = make_encoder(encoder).encoder_id  # cheap: the weights load lazily
     uri = args.get("tracking_uri")
-    return Ingress.bind(Encoder.bind(encoder, args.get("encoder_threads")), Router.bind(args["model"], encoder_id, uri),
-                        Onboarder.bind(args["model"], encoder_id, uri))
+    return Router.bind(Encoder.bind(encoder, args.get("encoder_threads")),
+                       Onboarder.bind(args["model"], encoder_id, uri), args["model"], encoder_id, uri)
