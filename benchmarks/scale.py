@@ -3,8 +3,8 @@
 
     python benchmarks/scale.py --out results/scale.json [--sizes 1250x25000 2500x50000 5000x100000]
 
-Data: jeirt_ray.data.synthetic.sparse_scale (SYNTHETIC): 50 benchmarks, each LLM evaluated on 3
-of them, so observed pairs grow 2x per size step while LLMs x questions grows 4x. Every size is
+Data: jeirt_ray.data.synthetic.sparse_scale (SYNTHETIC): benchmarks of 2,000 questions, each LLM
+evaluated on 3 of them, so observed pairs grow 2x per size step while LLMs x questions grows 4x. Every size is
 trained for --epochs epochs in a fresh process (its peak RSS is the memory figure); the largest
 also on Ray Train with 2 workers (peak = the sum of the RSS of the driver and every Ray process,
 sampled). Epoch time is the median of the epochs after the first. A linear fit of epoch time on
@@ -33,7 +33,8 @@ DIM = 128
 def _data(n_models, n_questions):
     from jeirt_ray.data.synthetic import sparse_scale
     from jeirt_ray.model.train import Pairs
-    X, q, m, y = sparse_scale(n_models, n_questions, seed=0)
+    # benchmarks of 2,000 questions each: pairs = LLMs x 3 x 2,000 grow with LLMs alone
+    X, q, m, y = sparse_scale(n_models, n_questions, n_benchmarks=max(3, n_questions // 2000), seed=0)
     val = np.random.default_rng(1).random(len(q)) < 0.01
     return X, Pairs.from_numpy(q[~val], m[~val], y[~val]), Pairs.from_numpy(q[val], m[val], y[val])
 
@@ -160,7 +161,7 @@ def main():
     times = [r["epoch_seconds_steady"] for r in single]
     grid = [r["llms"] * r["questions"] for r in single]
     write_json(args.out, {
-        "data": "SYNTHETIC sparse_scale (50 benchmarks, 3 per LLM)", "dim": DIM, "single_process": single,
+        "data": "SYNTHETIC sparse_scale (benchmarks of 2,000 questions, 3 per LLM)", "dim": DIM, "single_process": single,
         "ray_train_2_workers": ray_row, "routing": routing,
         "epoch_time_vs_pairs": _fit(pairs, times), "epoch_time_vs_llms_x_questions": _fit(grid, times),
         "growth": {"pairs": pairs[-1] / pairs[0], "llms_x_questions": grid[-1] / grid[0], "epoch_time": times[-1] / times[0]},

@@ -233,6 +233,33 @@ def tune(config: Path = typer.Argument(..., help="a sweep YAML, e.g. tune_config
     console.print(f"MLflow: sweep run {summary['parent_run_id']} in {default_tracking_uri()}")
 
 
+@app.command()
+def report(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
+           out: Path = typer.Option(..., help="folder for report.md, report.html, the PNGs and results.json"),
+           members: int = typer.Option(None, help="JE-IRT ensemble size (default: the tuned one)")):
+    """Run the paper's studies on one dataset (routing, norm vs difficulty, 2PL failure, taxonomy,
+    probes, ranking) and write a report; logged to MLflow when MLFLOW_TRACKING_URI is set."""
+    import os
+
+    from .analysis.report import run_report
+    from .evaluation import JEIRT_MEMBERS, train_space
+    prep = _prepare(data, encoder, seed)
+    space = train_space(prep, None, members or JEIRT_MEMBERS)
+    results = run_report(prep, space, out, seed=seed)
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        import mlflow
+        mlflow.set_experiment("jeirt-reports")
+        with mlflow.start_run(run_name=f"report-{prep.data.name}"):
+            mlflow.log_artifacts(str(out), artifact_path="report")
+        console.print(f"logged to MLflow at {os.environ['MLFLOW_TRACKING_URI']}")
+    rt = results["routing"]
+    console.print(f"routing: JE-IRT {rt['jeirt_argmax']:.3f}, per-benchmark best {rt['per_benchmark_best']:.3f}, "
+                  f"best average {rt['best_average']:.3f}; norm-difficulty Spearman "
+                  f"{results['norm_difficulty']['spearman']:.3f}; 2PL negative discriminations "
+                  f"{results['irt_2pl']['share_negative']:.1%}; taxonomy ARI {results['taxonomy']['ari']:.3f}")
+    console.print(f"wrote {out / 'report.md'}, {out / 'report.html'}, results.json and the PNGs")
+
+
 @app.command("serve")
 def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. deployments/local.yaml"),
               model: Optional[str] = typer.Option(None, help="override the registered model name (args.model)"),

@@ -1,0 +1,1 @@
+"""The paper's science as studies over a trained space (jeirt report)."""

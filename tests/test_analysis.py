@@ -1,0 +1,93 @@
+"""The studies of `jeirt report`, each checked on data with a planted answer."""
+
+import numpy as np
+import pytest
+
+from jeirt_ray.analysis import geometry, irt
+
+
+def test_norm_vs_difficulty_recovers_a_planted_order():
+    rng = np.random.default_rng(0)
+    norms = rng.uniform(0.2, 3.0, 500)
+    accuracy = 1 / (1 + np.exp(norms - 1.5)) + rng.normal(0, 0.05, 500)  # larger norm, harder
+    res = geometry.norm_vs_difficulty(norms, accuracy, np.array(["a", "b"] * 250))
+    assert res["spearman"] < -0.8 and all(v < -0.7 for v in res["per_benchmark"].values())
+
+
+def test_taxonomy_finds_planted_clusters():
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(4, 16)) * 3
+    cats = np.repeat(np.array(["w", "x", "y", "z"]), 100)
+    vecs = centres[np.repeat(np.arange(4), 100)] + rng.normal(size=(400, 16)) * 0.3
+    directions = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    res = geometry.taxonomy(directions, cats, np.array([f"q{i}" for i in range(400)]), ks=range(2, 8))
+    assert res["k"] == 4 and res["ari"] > 0.95 and res["nmi"] > 0.95
+    assert sorted(c["top_benchmark"] for c in res["clusters"]) == ["w", "x", "y", "z"]
+
+
+def test_probe_separates_a_planted_direction_and_needs_both_classes():
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(600, 32))
+    positive = rng.random(600) < 0.3
+    vecs[positive, 0] += 2.0
+    train = rng.random(600) < 0.7
+    assert geometry.probe(vecs, positive, train, ~train)["auc"] > 0.85
+    with pytest.raises(ValueError, match="positive and negative"):
+        geometry.probe(vecs, np.zeros(600, bool), train, ~train)
+
+
+def test_ranking_flips_and_smoothness():
+    universal = np.tile(np.linspace(0.1, 0.9, 5), (50, 1))  # the same order on every question
+    assert geometry.ranking_flips(universal)["share"] == 0.0
+    crossing = np.stack([np.linspace(0, 1, 50), np.linspace(1, 0, 50)], axis=1)
+    assert geometry.ranking_flips(crossing)["share"] == 1.0
+    rng = np.random.default_rng(0)
+    d = rng.normal(size=(400, 3))
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    probs = 1 / (1 + np.exp(-3 * d))  # a smooth function of the direction
+    assert geometry.smoothness(d, probs)["spearman_angle_change"] > 0.5
+
+
+def test_2pl_detects_a_planted_negative_discrimination():
+    rng = np.random.default_rng(0)
+    n_models, n_q = 40, 60
+    theta = rng.normal(size=n_models)
+    a = rng.uniform(0.8, 2.0, n_q)
+    a[7] = -1.5  # weaker LLMs answer question 7 more often
+    b = rng.normal(size=n_q)
+    q, m = np.meshgrid(np.arange(n_q), np.arange(n_models), indexing="ij")
+    q, m = q.ravel(), m.ravel()
+    y = (rng.random(len(q)) < 1 / (1 + np.exp(-a[q] * (theta[m] - b[q])))).astype(np.float32)
+    fit = irt.fit_2pl(q, m, y, n_q, n_models)
+    assert fit["a"].argmin() == 7 and fit["a"][7] < -0.5  # the planted item is the most negative
+    summary = irt.discrimination_summary(fit["a"], np.ones(n_q, bool))
+    assert 0 < summary["share_negative"] < 0.15  # the rest: a few small negatives from noise (40 LLMs)
+    icc = irt.empirical_icc(fit["theta"], q, m, y, 7)
+    assert icc["rate"][0] > icc["rate"][-1]  # falls with ability
+
+
+def test_order_flips_across_benchmarks():
+    # LLM 0 is better on benchmark A, LLM 1 on B: their order flips; LLM 2 is worst everywhere
+    q = np.array([0, 0, 0, 1, 1, 1])
+    m = np.array([0, 1, 2, 0, 1, 2])
+    y = np.array([1, 0, 0, 0, 1, 0], dtype=float)
+    res = irt.order_flips_across_benchmarks(q, m, y, np.array(["A", "B"]), 3)
+    assert res["pairs"] == 3 and res["flipping_pairs"] == 1
+
+
+def test_report_on_synthetic_data(tmp_path, synthetic):
+    from jeirt_ray.analysis.report import run_report
+    from jeirt_ray.encoders import HashingEncoder
+    from jeirt_ray.evaluation import train_space
+    from jeirt_ray.experiment import prepare
+    from jeirt_ray.model.train import TrainConfig
+    prep = prepare(synthetic, HashingEncoder(384), progress=False)
+    space = train_space(prep, TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=60), members=1, progress=False)
+    res = run_report(prep, space, tmp_path)
+    for f in ("report.md", "report.html", "results.json", "norm_difficulty.png", "irt_2pl_iccs.png",
+              "taxonomy_contingency.png"):
+        assert (tmp_path / f).stat().st_size > 200, f
+    assert "SYNTHETIC" in (tmp_path / "report.md").read_text()
+    # the synthetic generator draws difficulty levels as norms: the learned norm must follow them
+    assert res["norm_difficulty"]["spearman"] < -0.3
+    assert res["routing"]["oracle"] >= res["routing"]["jeirt_argmax"] >= res["routing"]["random"]
