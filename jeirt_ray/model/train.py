@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -35,9 +36,13 @@ class TrainConfig(BaseModel):
     seed: int = 0
 
 
-def _writable(a):
-    """A read-only array (from Ray's object store) copied, since torch tensors must own writable memory."""
-    return np.array(a) if isinstance(a, np.ndarray) and not a.flags.writeable else a
+def _as_tensor(a, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor sharing `a`'s memory when the dtype matches. Arrays from Ray's object store are
+    read-only: torch warns because writing to them would be undefined, but the trainer only
+    reads these tensors, and copying them would cost every Ray worker the dataset's size again."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.as_tensor(a if isinstance(a, torch.Tensor) else np.asarray(a), dtype=dtype)
 
 
 @dataclass
@@ -50,8 +55,7 @@ class Pairs:
 
     @classmethod
     def from_numpy(cls, q, m, y) -> "Pairs":
-        return cls(*(torch.as_tensor(_writable(np.asarray(a)), dtype=t)
-                     for a, t in ((q, torch.long), (m, torch.long), (y, torch.float32))))
+        return cls(_as_tensor(q, torch.long), _as_tensor(m, torch.long), _as_tensor(y, torch.float32))
 
     def __len__(self) -> int:
         return len(self.y)
@@ -73,9 +77,11 @@ class QuestionBatcher:
     """Groups pairs by question so a batch of questions brings all of its pairs along."""
 
     def __init__(self, pairs: Pairs):
-        order = torch.argsort(pairs.q, stable=True)
-        self.q, self.m, self.y = pairs.q[order], pairs.m[order], pairs.y[order]
-        self.questions, counts = torch.unique_consecutive(self.q, return_counts=True)
+        # the question-sorted order of the pairs, not sorted copies of them: one index array
+        # instead of three at tens of millions of pairs
+        self.pairs = pairs
+        self.order = torch.argsort(pairs.q, stable=True)
+        self.questions, counts = torch.unique_consecutive(pairs.q[self.order], return_counts=True)
         self.counts = counts
         self.starts = torch.cumsum(counts, 0) - counts
 
@@ -95,9 +101,9 @@ class QuestionBatcher:
             counts = self.counts[sel]
             # pair positions of the selected questions, without a loop: start of each run + offset
             offsets = torch.repeat_interleave(self.starts[sel] - (torch.cumsum(counts, 0) - counts), counts)
-            idx = offsets + torch.arange(int(counts.sum()))
+            pos = self.order[offsets + torch.arange(int(counts.sum()))]
             local = torch.repeat_interleave(torch.arange(len(sel)), counts)
-            yield self.questions[sel], local, self.m[idx], self.y[idx]
+            yield self.questions[sel], local, self.pairs.m[pos], self.pairs.y[pos]
 
 
 @torch.no_grad()
@@ -173,7 +179,7 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
     """
     torch.manual_seed(config.seed)
     device = torch.device(device)
-    X = torch.as_tensor(_writable(X), dtype=torch.float32).to(device)
+    X = _as_tensor(X, torch.float32).to(device)
     if module is None:
         module = build_module(config.kind, X.shape[1], n_models, **config.model_dump(exclude={"kind"}))
     module.to(device)
