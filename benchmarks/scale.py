@@ -6,8 +6,8 @@
 Data: jeirt_ray.data.synthetic.sparse_scale (SYNTHETIC): benchmarks of 2,000 questions, each LLM
 evaluated on 3 of them, so observed pairs grow 2x per size step while LLMs x questions grows 4x. Every size is
 trained for --epochs epochs in a fresh process (its peak RSS is the memory figure); the largest
-also on Ray Train with 2 workers (peak = the summed PSS of the driver and every Ray process,
-sampled; PSS splits shared pages such as the object store between the processes mapping them). Epoch time is the median of the epochs after the first. A linear fit of epoch time on
+also on Ray Train with 2 workers (peak = the summed PSS of the process and the local Ray cluster
+it starts, sampled; PSS splits shared pages such as the object store between the processes). Epoch time is the median of the epochs after the first. A linear fit of epoch time on
 observed pairs (and on LLMs x questions, for contrast) says which one the cost follows.
 Targets: peak memory under 8 GB; matrix-vector part of routing under 1 ms at 10,000 LLMs.
 """
@@ -57,18 +57,31 @@ def single_process(n_models, n_questions, epochs):
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "val_loss": r.best_val_loss}
 
 
-def _ray_pss_gb() -> float:
-    """Memory of this process plus every Ray process on the machine, as PSS (proportional set
-    size): pages shared between processes (Ray's object store, mapped by every worker) are
-    divided among them instead of counted once per process as RSS would."""
-    total = 0
+def _descendants(root: int) -> set[int]:
+    """`root` and every process started under it (a local Ray cluster's GCS, raylet and workers)."""
+    children: dict[int, list[int]] = {}
     for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
-            if int(pid) != os.getpid() and b"ray" not in cmd:
+        if pid.isdigit():
+            try:
+                ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
                 continue
+            children.setdefault(ppid, []).append(int(pid))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _tree_pss_gb() -> float:
+    """Memory of this process and every process under it (the local Ray cluster it started), as
+    PSS (proportional set size): pages shared between processes (Ray's object store, mapped by
+    every worker) are divided among them instead of counted once per process as RSS would."""
+    total = 0
+    for pid in _descendants(os.getpid()):
+        try:
             for line in open(f"/proc/{pid}/smaps_rollup"):
                 if line.startswith("Pss:"):
                     total += int(line.split()[1])
@@ -87,7 +100,7 @@ def ray_two_workers(n_models, n_questions, epochs):
 
     def sample():
         while not stop.is_set():
-            peak[0] = max(peak[0], _ray_pss_gb())
+            peak[0] = max(peak[0], _tree_pss_gb())
             time.sleep(0.5)
     threading.Thread(target=sample, daemon=True).start()
     with tempfile.TemporaryDirectory() as storage:
