@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+from scipy.special import expit
 
 from ..experiment import Prepared
 from ..model.space import Space
@@ -82,7 +83,7 @@ def run_report(prep: Prepared, space: Space, out: str | Path, seed: int = 0) -> 
     grid = np.linspace(fit["theta"].min(), fit["theta"].max(), 50)
     for ax, icc in zip(axes, iccs):
         j = icc["question"]
-        ax.plot(grid, 1 / (1 + np.exp(-(fit["a"][j] * grid + fit["c"][j]))), label="2PL fit")
+        ax.plot(grid, expit(fit["a"][j] * grid + fit["c"][j]), label="2PL fit")
         ax.plot(icc["ability"], icc["rate"], "o-" if icc["monotone"] else "s-r", label="empirical")
         ax.set_title(f"a={fit['a'][j]:.2f}{'' if icc['monotone'] else ' (non-monotone)'}", fontsize=9)
         ax.set_xlabel("ability")
