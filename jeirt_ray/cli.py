@@ -227,7 +227,7 @@ def tune(config: Path = typer.Argument(..., help="a sweep YAML, e.g. tune_config
     console.print(table)
     console.print(f"best: {summary['best']['params']} (validation loss {summary['best']['val_loss']:.4f})")
     if "registered_version" in summary:
-        console.print(f"registered as {sweep.register} version {summary['registered_version']}")
+        console.print(f"registered as {sweep.register_as} version {summary['registered_version']}")
     if "plot" in summary:
         console.print(f"plot: {summary['plot']}")
     console.print(f"MLflow: sweep run {summary['parent_run_id']} in {default_tracking_uri()}")

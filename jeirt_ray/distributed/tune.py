@@ -71,7 +71,7 @@ class Scheduler(BaseModel):
 
 
 class SweepConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     data: str | None = None
     encoder: str = "all-MiniLM-L6-v2"
@@ -83,7 +83,7 @@ class SweepConfig(BaseModel):
     base: dict[str, Any] = Field(default_factory=dict)
     search: dict[str, Domain]
     scheduler: Scheduler = Field(default_factory=Scheduler)
-    register: str | None = None
+    register_as: str | None = Field(None, alias="register")  # `register` would shadow BaseModel's
     plot: str | None = None
 
     @model_validator(mode="after")
@@ -166,7 +166,8 @@ def run_sweep(sweep: SweepConfig, prep, *, storage: str | Path, tracking_uri: st
 
     reg = Registry(tracking_uri)
     parent_run_id = reg.new_run(f"sweep-{sweep.name}")
-    mlflow.MlflowClient(tracking_uri).log_dict(parent_run_id, sweep.model_dump(mode="json"), "sweep.json")
+    mlflow.MlflowClient(tracking_uri).log_dict(parent_run_id, sweep.model_dump(mode="json", by_alias=True),
+                                               "sweep.json")
     storage = Path(storage).resolve() / f"{sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     train, val, test = prep.pairs("train"), prep.pairs("val"), prep.pairs("test")
     arrays = {"X": np.asarray(prep.X, dtype=np.float32), "n_models": prep.data.n_models,
@@ -209,10 +210,10 @@ def run_sweep(sweep: SweepConfig, prep, *, storage: str | Path, tracking_uri: st
     if sweep.plot:
         summary["plot"] = str(plot_sweep(done, sweep.plot, out / f"{sweep.name}.png", sweep.name))
         client.log_artifact(parent_run_id, summary["plot"])
-    if sweep.register:
+    if sweep.register_as:
         from ..model.space import Space
         space = Space.load(best["space_dir"])
-        summary["registered_version"] = reg.register(space, sweep.register, {
+        summary["registered_version"] = reg.register(space, sweep.register_as, {
             "best_val_loss": best["val_loss"], "test_accuracy": best["test_accuracy"]}, run_id=best["mlflow_run_id"])
     (out / f"{sweep.name}.json").write_text(json.dumps(summary, indent=1, default=str))
     client.log_artifact(parent_run_id, str(out / f"{sweep.name}.json"))
