@@ -1,9 +1,6 @@
 """Serving: the routing core and policies, request validation and onboarding without a cluster;
 Serve's local testing mode; and one real `serve` deployment on 127.0.0.1 driven over HTTP."""
 
-import os
-import socket
-import time
 from pathlib import Path
 
 import numpy as np
