@@ -211,8 +211,15 @@ def run_sweep(sweep: SweepConfig, prep, *, storage: str | Path, tracking_uri: st
         summary["plot"] = str(plot_sweep(done, sweep.plot, out / f"{sweep.name}.png", sweep.name))
         client.log_artifact(parent_run_id, summary["plot"])
     if sweep.register_as:
+        import dataclasses
+
         from ..model.space import Space
-        space = Space.load(best["space_dir"])
+        # trials save only weights; the registered space carries the questions as train_space's
+        # do, so serving can onboard by question id and name a query's nearest benchmark
+        space = dataclasses.replace(
+            Space.load(best["space_dir"]), question_ids=prep.data.question_ids.tolist(),
+            question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist())
+        space.metadata["data_fingerprint"] = prep.data.fingerprint()
         summary["registered_version"] = reg.register(space, sweep.register_as, {
             "best_val_loss": best["val_loss"], "test_accuracy": best["test_accuracy"]}, run_id=best["mlflow_run_id"])
     (out / f"{sweep.name}.json").write_text(json.dumps(summary, indent=1, default=str))
