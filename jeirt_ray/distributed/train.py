@@ -52,8 +52,6 @@ def train_loop(cfg: dict) -> None:
     import ray.train
     import ray.train.torch
 
-    # Train logs a line per report and per checkpoint on every worker: keep the console readable
-    logging.getLogger("ray.train").setLevel(logging.WARNING)
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     config = TrainConfig(**cfg["config"])
