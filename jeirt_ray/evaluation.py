@@ -18,7 +18,8 @@ METHODS = ("jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl")
 # by the validation loss of each recipe's first seed: heavy regularisation wins on large real
 # data (mmlu_pro), a small light model on small data (the synthetic demo).
 JEIRT_RECIPES = {
-    "regularised": TrainConfig(kind="jeirt", dim=512, dropout=0.1, input_dropout=0.8, lr=3e-4, weight_decay=0.05),
+    "regularised": TrainConfig(kind="jeirt", dim=64, hidden=384, dropout=0.1, input_dropout=0.8, lr=1e-3,
+                               weight_decay=0.05),
     "light": TrainConfig(kind="jeirt", dim=16, dropout=0.1, input_dropout=0.0, lr=3e-3, weight_decay=1e-4),
 }
 JEIRT_MEMBERS = 5

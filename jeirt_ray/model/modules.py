@@ -14,11 +14,22 @@ from torch import nn
 DENSE_LIMIT = 1 << 22  # largest (questions x models) logit block computed densely per batch
 
 
+class Dropout(nn.Dropout):
+    """nn.Dropout drawing its mask with `torch.rand` instead of a Bernoulli kernel: the same
+    operation (keep with probability 1 - p, scale by 1 / (1 - p)), twice as fast on CPU, where
+    the two dropout layers were the largest single cost of a training step."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        return x * (torch.rand_like(x) >= self.p) * (1.0 / (1.0 - self.p))
+
+
 def adapter(in_dim: int, hidden: int, out_dim: int, dropout: float, input_dropout: float = 0.0) -> nn.Sequential:
     """The paper's 2-layer MLP: Linear(D, h) -> ReLU -> Dropout -> Linear(h, d), optionally with
     dropout on the frozen embedding too (a regulariser against memorising training questions)."""
-    layers = [nn.Dropout(input_dropout)] if input_dropout > 0 else []
-    return nn.Sequential(*layers, nn.Linear(in_dim, hidden), nn.ReLU(), nn.Dropout(dropout),
+    layers = [Dropout(input_dropout)] if input_dropout > 0 else []
+    return nn.Sequential(*layers, nn.Linear(in_dim, hidden), nn.ReLU(), Dropout(dropout),
                          nn.Linear(hidden, out_dim))
 
 
@@ -69,7 +80,7 @@ class MatrixFactorization(nn.Module):
         super().__init__()
         self.models = nn.Embedding(n_models, dim)
         self.proj = nn.Linear(in_dim, dim)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.head = nn.Linear(dim, 1)
 
     def forward(self, x: torch.Tensor, q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
