@@ -23,7 +23,8 @@ from jeirt_ray.data import load_data
 from jeirt_ray.encoders import make_encoder
 from jeirt_ray.evaluation import predictors
 from jeirt_ray.experiment import prepare
-from jeirt_ray.routing.evaluate import (available_argmax, baseline_routers, bootstrap_ci, cost_curve,
+from jeirt_ray.routing.costs import cost_curve
+from jeirt_ray.routing.evaluate import (available_argmax, baseline_routers, bootstrap_ci,
                                         routed_labels)
 from jeirt_ray.routing.policies import SignalBuilder, candidate_policies, policy_accuracy, select_policy
 

@@ -233,31 +233,77 @@ def tune(config: Path = typer.Argument(..., help="a sweep YAML, e.g. tune_config
     console.print(f"MLflow: sweep run {summary['parent_run_id']} in {default_tracking_uri()}")
 
 
-@app.command()
-def report(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
-           out: Path = typer.Option(..., help="folder for report.md, report.html, the PNGs and results.json"),
-           members: int = typer.Option(None, help="JE-IRT ensemble size (default: the tuned one)")):
-    """Run the paper's studies on one dataset (routing, norm vs difficulty, 2PL failure, taxonomy,
-    probes, ranking) and write a report; logged to MLflow when MLFLOW_TRACKING_URI is set."""
+def _report(data, encoder, seed, out, members, costs, studies):
     import os
 
     from .analysis.report import run_report
     from .evaluation import JEIRT_MEMBERS, train_space
+    from .routing.costs import load_costs, read_cost_table
     prep = _prepare(data, encoder, seed)
+    cost_array = None
+    if costs is not None:
+        try:
+            cost_array = load_costs(read_cost_table(costs), prep.data.models, str(costs))
+        except (OSError, ValueError) as e:
+            console.print(f"[red]bad cost table:[/red] {e}")
+            raise typer.Exit(2)
     space = train_space(prep, None, members or JEIRT_MEMBERS)
-    results = run_report(prep, space, out, seed=seed)
+    results = run_report(prep, space, out, seed=seed, studies=studies, costs=cost_array)
     if os.environ.get("MLFLOW_TRACKING_URI"):
         import mlflow
         mlflow.set_experiment("jeirt-reports")
         with mlflow.start_run(run_name=f"report-{prep.data.name}"):
             mlflow.log_artifacts(str(out), artifact_path="report")
         console.print(f"logged to MLflow at {os.environ['MLFLOW_TRACKING_URI']}")
-    rt = results["routing"]
-    console.print(f"routing: JE-IRT {rt['jeirt_argmax']:.3f}, per-benchmark best {rt['per_benchmark_best']:.3f}, "
-                  f"best average {rt['best_average']:.3f}; norm-difficulty Spearman "
-                  f"{results['norm_difficulty']['spearman']:.3f}; 2PL negative discriminations "
-                  f"{results['irt_2pl']['share_negative']:.1%}; taxonomy ARI {results['taxonomy']['ari']:.3f}")
     console.print(f"wrote {out / 'report.md'}, {out / 'report.html'}, results.json and the PNGs")
+    return results
+
+
+CostsOpt = typer.Option(None, help="cost per call of each LLM: JSON {model: cost} or CSV model,cost "
+                                   "(default: parameter count read from the names)")
+MembersOpt = typer.Option(None, help="JE-IRT ensemble size (default: the tuned one)")
+
+
+@app.command()
+def report(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
+           out: Path = typer.Option(..., help="folder for report.md, report.html, the PNGs and results.json"),
+           members: int = MembersOpt, costs: Optional[Path] = CostsOpt,
+           skip: list[str] = typer.Option([], help="a study to leave out (repeatable), e.g. --skip lobo")):
+    """Run the paper's studies on one dataset (routing with costs, onboarding, 2PL failure, norm vs
+    difficulty, taxonomy, probes, leave-one-benchmark-out, ranking) and write a report; logged to
+    MLflow when MLFLOW_TRACKING_URI is set."""
+    from .analysis.report import STUDIES
+    bad = sorted(set(skip) - set(STUDIES))
+    if bad:
+        raise typer.BadParameter(f"unknown studies {bad}; known: {', '.join(STUDIES)}", param_hint="--skip")
+    studies = None if not skip else [n for n in STUDIES if n not in skip]
+    results = _report(data, encoder, seed, out, members, costs, studies)
+    summary = []
+    if "routing" in results:
+        acc = results["routing"]["accuracy"]
+        summary.append(f"routing: JE-IRT {acc['jeirt_argmax']:.3f}, per-benchmark best {acc['per_benchmark_best']:.3f}, "
+                       f"best average {acc['best_average']:.3f}")
+    if "norm_difficulty" in results:
+        summary.append(f"norm-difficulty Spearman {results['norm_difficulty']['spearman']:.3f}")
+    if "irt_2pl" in results:
+        summary.append(f"2PL negative discriminations {results['irt_2pl']['share_negative']:.1%}")
+    if "lobo" in results:
+        summary.append(f"alignment-drop Spearman {results['lobo']['spearman_alignment_drop']:.3f}")
+    console.print("; ".join(summary))
+
+
+@app.command()
+def analyze(study: str = typer.Argument(..., help="one of: routing, onboarding, irt_2pl, norm_difficulty, "
+                                                   "taxonomy, probes, lobo, ranking"),
+            data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
+            out: Path = typer.Option(..., help="folder for the study's report.md, PNGs and results.json"),
+            members: int = MembersOpt, costs: Optional[Path] = CostsOpt):
+    """Run one study of the report (see `jeirt report`) and print its figures."""
+    from .analysis.report import STUDIES
+    if study not in STUDIES:
+        raise typer.BadParameter(f"unknown study {study!r}; known: {', '.join(STUDIES)}", param_hint="STUDY")
+    results = _report(data, encoder, seed, out, members, costs, [study])
+    console.print_json(json.dumps(results[study], default=float))
 
 
 @app.command("serve")

@@ -1,27 +1,35 @@
-"""`jeirt report`: run the studies on one dataset and write report.md, report.html, PNGs and
-results.json (logged to MLflow when MLFLOW_TRACKING_URI is set).
+"""`jeirt report` / `jeirt analyze STUDY`: run the paper's studies on one dataset and write
+report.md, report.html, PNGs and results.json (logged to MLflow when MLFLOW_TRACKING_URI is set).
 
-Studies here: routing (JE-IRT argmax against the reference routers), norm vs difficulty, the
-classical 2PL's discriminations and order flips, the LLM-internal taxonomy, difference-of-means
-probes (per benchmark, and arithmetic vs the rest), and the absence of a universal ranking with
-the smoothness of predictions. Test questions are used only for the scores that need held-out
-data (routing accuracy, probe AUCs); every fit is on training data.
+Studies (STUDIES, in report order): routing (JE-IRT argmax against the reference routers and the
+baselines' argmax, with the accuracy-vs-cost curve, AIQ and CPT), onboarding (accuracy vs the
+share of a new LLM's data), the classical 2PL's failure, norm vs difficulty, the LLM-internal
+taxonomy, difference-of-means probes, leave-one-benchmark-out, and the absence of a universal
+ranking with the smoothness of predictions. Test questions are used only for the scores that
+need held-out data; every fit is on training data.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import re
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from scipy.special import expit
 
 from ..experiment import Prepared
 from ..model.space import Space
-from ..routing.evaluate import available_argmax, baseline_routers, bootstrap_ci, routed_labels
+from ..routing.costs import aiq, cost_curve, cpt, default_costs, single_llm_points
+from ..routing.evaluate import available_argmax, baseline_routers, bootstrap_ci, routed_labels, train_rates
 from . import geometry, irt
+from .lobo import leave_one_benchmark_out
+from .onboarding_curve import onboarding_curve, plot_curve
 
 ARITHMETIC = re.compile(r"\d\s*[-+*/x×÷^]\s*\d|\b(sum|product|plus|minus|times|divided|multiply|calculate)\b", re.I)
 
@@ -33,53 +41,128 @@ def _plt():
     return plt
 
 
-def run_report(prep: Prepared, space: Space, out: str | Path, seed: int = 0) -> dict:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    data, X = prep.data, prep.X
-    train_mask = prep.split.masks(data)[0]
-    tq, tm, ty = data.q_idx[train_mask], data.m_idx[train_mask], data.labels[train_mask]
-    E = np.mean([space.question_vectors(X, member=i) for i in range(len(space.members))], axis=0)
-    norms = np.linalg.norm(E, axis=1)
-    directions = E / norms[:, None].clip(1e-9)
-    probs_all = space.predict_proba(X)
-    results: dict = {"data": data.name, "synthetic": bool(data.synthetic), "questions": int(data.n_questions),
-                     "llms": int(data.n_models), "space": {"recipe": space.metadata.get("recipe"),
-                                                           "members": len(space.members), "dim": space.config.dim}}
-    plt = _plt()
+@dataclass
+class Study:
+    """What a study needs: the dataset with its split, the trained space, where to write."""
 
-    # routing on test questions
-    test_rows = prep.rows("test")
-    labels = data.label_matrix(test_rows)
-    refs = baseline_routers(labels, tm, ty, data.benchmarks[tq], data.benchmarks[test_rows], seed=seed)
-    jeirt = routed_labels(available_argmax(probs_all[test_rows], ~np.isnan(labels)), labels)
-    results["routing"] = {"jeirt_argmax": float(jeirt.mean()), "jeirt_argmax_ci95": bootstrap_ci(jeirt),
-                          **{k: float(v.mean()) for k, v in refs.items()}, "test_questions": int(len(test_rows))}
+    prep: Prepared
+    space: Space
+    out: Path
+    seed: int = 0
+    costs: np.ndarray | None = None  # per LLM; None: default_costs from the names
+    progress: bool = True
 
-    # norm vs difficulty, on training questions (their accuracy is training data)
-    train_q = np.unique(tq)
-    acc = geometry.question_accuracy(tq, ty, data.n_questions)
-    results["norm_difficulty"] = geometry.norm_vs_difficulty(norms[train_q], acc[train_q], data.benchmarks[train_q])
-    fig, ax = plt.subplots(figsize=(5, 4))
-    ax.scatter(norms[train_q], acc[train_q], s=3, alpha=0.3)
-    ax.set_xlabel("||E_Q|| (predicted difficulty)")
-    ax.set_ylabel("share of LLMs correct")
-    ax.set_title(f"norm vs difficulty: Spearman {results['norm_difficulty']['spearman']:.2f}")
-    fig.tight_layout()
-    fig.savefig(out / "norm_difficulty.png", dpi=110)
-    plt.close(fig)
+    @cached_property
+    def plt(self):
+        return _plt()
 
-    # classical 2PL
+    @cached_property
+    def train(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        d = self.prep.data
+        mask = self.prep.split.masks(d)[0]
+        return d.q_idx[mask], d.m_idx[mask], d.labels[mask]
+
+    @cached_property
+    def E(self) -> np.ndarray:
+        """Question vectors, averaged over the space's members."""
+        return np.mean([self.space.question_vectors(self.prep.X, member=i) for i in range(len(self.space.members))],
+                       axis=0)
+
+    @property
+    def norms(self) -> np.ndarray:
+        return np.linalg.norm(self.E, axis=1)
+
+    @property
+    def directions(self) -> np.ndarray:
+        return self.E / self.norms[:, None].clip(1e-9)
+
+    @cached_property
+    def probs(self) -> np.ndarray:
+        return self.space.predict_proba(self.prep.X)
+
+    def save(self, fig, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(self.out / name, dpi=110)
+        self.plt.close(fig)
+
+    def train_space(self, prep: Prepared, members: int = 1) -> Space:
+        from ..evaluation import train_space
+        return train_space(prep, self.space.config, members=members, seed=self.seed, progress=False)
+
+
+def study_routing(s: Study) -> dict:
+    prep, data = s.prep, s.prep.data
+    tq, tm, ty = s.train
+    rows = prep.rows("test")
+    labels = data.label_matrix(rows)
+    available = ~np.isnan(labels)
+    per_q = baseline_routers(labels, tm, ty, data.benchmarks[tq], data.benchmarks[rows], seed=s.seed)
+    per_q["jeirt_argmax"] = routed_labels(available_argmax(s.probs[rows], available), labels)
+    from ..evaluation import predictors
+    for name, predict, _, _ in predictors(prep, ("mf", "knn"), train_seed=s.seed, progress=False):
+        per_q[f"{name}_argmax"] = routed_labels(available_argmax(predict(rows), available), labels)
+    res = {"accuracy": {k: float(v.mean()) for k, v in per_q.items()},
+           "ci95": {k: bootstrap_ci(v) for k, v in per_q.items()}, "test_questions": int(len(rows))}
+
+    # cost: the JE-IRT router traded against price, next to every LLM used alone
+    if s.costs is None:
+        costs, source = default_costs(data.models)
+    else:
+        costs, source = s.costs, {str(m): "given" for m in data.models}
+    curve = cost_curve(s.probs[rows], costs, labels)
+    singles = single_llm_points(costs, labels)
+    span = (float(costs.min()), float(costs.max()))
+    router_pts = [(p["avg_cost"], p["accuracy"]) for p in curve] + [(p["avg_cost"], p["accuracy"]) for p in singles]
+    res["cost"] = {"costs": {str(m): float(c) for m, c in zip(data.models, costs)}, "cost_source": source,
+                   "curve": curve, "single_llms": singles,
+                   "aiq_jeirt": aiq(router_pts, span) if span[1] > span[0] else None,
+                   "aiq_single_llms": aiq([(p["avg_cost"], p["accuracy"]) for p in singles], span)
+                   if span[1] > span[0] else None}
+    # CPT: the cheapest LLM against the best on training data, on questions both answered
+    overall = np.nan_to_num(train_rates(data.n_models, tm, ty)[0], nan=-1.0)
+    strong = int(overall.argmax())
+    cheap = [m for m in np.argsort(costs, kind="stable") if m != strong]
+    if cheap:
+        weak = int(cheap[0])
+        both = available[:, strong] & available[:, weak]
+        adv = s.probs[rows][both, strong] - s.probs[rows][both, weak]
+        res["cost"]["cpt"] = {"strong": str(data.models[strong]), "weak": str(data.models[weak]),
+                              **cpt(adv, labels[both, strong], labels[both, weak])}
+
+    fig, ax = s.plt.subplots(figsize=(5.5, 4))
+    ax.plot([p["avg_cost"] for p in curve], [p["accuracy"] for p in curve], "o-", ms=3, label="JE-IRT, score - λ·cost")
+    ax.scatter([p["avg_cost"] for p in singles], [p["accuracy"] for p in singles], c="gray", s=12, label="one LLM")
+    ax.axhline(res["accuracy"]["per_benchmark_best"], color="C1", ls="--", lw=1, label="per-benchmark best")
+    ax.set_xlabel("average cost per query")
+    ax.set_ylabel("router accuracy (test)")
+    ax.legend(fontsize=8)
+    s.save(fig, "routing_cost.png")
+    return res
+
+
+def study_onboarding(s: Study) -> dict:
+    data = s.prep.data
+    rng = np.random.default_rng(s.seed)
+    held = sorted(rng.choice(data.models, size=min(3, data.n_models - 2), replace=False).tolist())
+    blind = s.train_space(dataclasses.replace(s.prep, split=dataclasses.replace(s.prep.split, heldout_models=held)))
+    res = onboarding_curve(s.prep, s.space, blind, held, rng)
+    plot_curve(res, s.out / "onboarding_curve.png", s.plt)
+    return res
+
+
+def study_irt_2pl(s: Study) -> dict:
+    data = s.prep.data
+    tq, tm, ty = s.train
     fit = irt.fit_2pl(tq, tm, ty, data.n_questions, data.n_models)
     answered = np.bincount(tq, minlength=data.n_questions) > 0
-    results["irt_2pl"] = irt.discrimination_summary(fit["a"], answered)
-    results["irt_2pl"]["order_flips_across_benchmarks"] = irt.order_flips_across_benchmarks(
-        tq, tm, ty, data.benchmarks, data.n_models)
+    res = irt.discrimination_summary(fit["a"], answered)
+    res["order_flips_across_benchmarks"] = irt.order_flips_across_benchmarks(tq, tm, ty, data.benchmarks,
+                                                                             data.n_models)
     order = np.argsort(fit["a"][answered])
     picks = np.flatnonzero(answered)[np.r_[order[:2], order[len(order) // 2], order[-1]]]
     iccs = [irt.empirical_icc(fit["theta"], tq, tm, ty, int(j)) for j in picks]
-    results["irt_2pl"]["example_iccs"] = iccs
-    fig, axes = plt.subplots(1, len(iccs), figsize=(3.2 * len(iccs), 3), sharey=True)
+    res["example_iccs"] = iccs
+    fig, axes = s.plt.subplots(1, len(iccs), figsize=(3.2 * len(iccs), 3), sharey=True)
     grid = np.linspace(fit["theta"].min(), fit["theta"].max(), 50)
     for ax, icc in zip(axes, iccs):
         j = icc["question"]
@@ -89,25 +172,44 @@ def run_report(prep: Prepared, space: Space, out: str | Path, seed: int = 0) -> 
         ax.set_xlabel("ability")
     axes[0].set_ylabel("P(correct)")
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "irt_2pl_iccs.png", dpi=110)
-    plt.close(fig)
+    s.save(fig, "irt_2pl_iccs.png")
+    return res
 
-    # taxonomy
-    tax = geometry.taxonomy(directions, data.benchmarks, data.texts, seed=seed)
-    results["taxonomy"] = {k: v for k, v in tax.items() if k != "assignment"}
+
+def study_norm_difficulty(s: Study) -> dict:
+    """On training questions (their accuracy is training data)."""
+    data = s.prep.data
+    tq, _, ty = s.train
+    train_q = np.unique(tq)
+    acc = geometry.question_accuracy(tq, ty, data.n_questions)
+    norms = s.norms
+    res = geometry.norm_vs_difficulty(norms[train_q], acc[train_q], data.benchmarks[train_q])
+    fig, ax = s.plt.subplots(figsize=(5, 4))
+    ax.scatter(norms[train_q], acc[train_q], s=3, alpha=0.3)
+    ax.set_xlabel("||E_Q|| (predicted difficulty)")
+    ax.set_ylabel("share of LLMs correct")
+    ax.set_title(f"norm vs difficulty: Spearman {res['spearman']:.2f}")
+    s.save(fig, "norm_difficulty.png")
+    return res
+
+
+def study_taxonomy(s: Study) -> dict:
+    data = s.prep.data
+    tax = geometry.taxonomy(s.directions, data.benchmarks, data.texts, seed=s.seed)
     table = np.array(tax["contingency"], dtype=float)
-    fig, ax = plt.subplots(figsize=(1 + 0.45 * len(tax["categories"]), 1 + 0.35 * tax["k"]))
+    fig, ax = s.plt.subplots(figsize=(1 + 0.45 * len(tax["categories"]), 1 + 0.35 * tax["k"]))
     ax.imshow(table / table.sum(1, keepdims=True).clip(1), cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(tax["categories"])), tax["categories"], rotation=60, ha="right", fontsize=7)
     ax.set_yticks(range(tax["k"]), [f"cluster {c}" for c in range(tax["k"])], fontsize=7)
     ax.set_title(f"clusters vs categories (ARI {tax['ari']:.2f}, NMI {tax['nmi']:.2f})", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / "taxonomy_contingency.png", dpi=110)
-    plt.close(fig)
+    s.save(fig, "taxonomy_contingency.png")
+    return {k: v for k, v in tax.items() if k != "assignment"}
 
-    # probes: each benchmark vs the rest, and arithmetic vs the rest, in E_Q against raw embeddings
-    part = prep.split.question_part
+
+def study_probes(s: Study) -> dict:
+    """Each benchmark vs the rest, and arithmetic vs the rest, in E_Q against the raw embeddings."""
+    data, X, E = s.prep.data, s.prep.X, s.E
+    part = s.prep.split.question_part
     fit_q, held_q = part == 0, part == 2
     probes = {}
     arithmetic = np.array([bool(ARITHMETIC.search(str(t))) for t in data.texts])
@@ -125,13 +227,56 @@ def run_report(prep: Prepared, space: Space, out: str | Path, seed: int = 0) -> 
             top = np.flatnonzero(others)[np.argsort(-p_space["score"][others])[:5]]
             entry["top_non_arithmetic_questions"] = [str(data.texts[i])[:160] for i in top]
         probes[name] = entry
-    results["probes"] = probes
+    return probes
 
-    # no universal ranking, smoothness
-    results["ranking"] = {"flips_any": geometry.ranking_flips(probs_all[test_rows]),
-                          "flips_by_0.05": geometry.ranking_flips(probs_all[test_rows], 0.05),
-                          "smoothness": geometry.smoothness(directions, probs_all, seed=seed)}
 
+def study_lobo(s: Study) -> dict:
+    res = leave_one_benchmark_out(s.prep, s.space, s.train_space, progress=s.progress)
+    rows = res["benchmarks"]
+    fig, ax = s.plt.subplots(figsize=(5, 4))
+    ax.scatter([r["alignment"]["max"] for r in rows], [100 * r["drop"] for r in rows])
+    for r in rows:
+        ax.annotate(r["benchmark"], (r["alignment"]["max"], 100 * r["drop"]), fontsize=6)
+    ax.set_xlabel("alignment with the training benchmarks (max cosine)")
+    ax.set_ylabel("accuracy drop when left out (points)")
+    ax.set_title(f"Spearman {res['spearman_alignment_drop']:.2f}")
+    s.save(fig, "lobo_alignment_drop.png")
+    return res
+
+
+def study_ranking(s: Study) -> dict:
+    rows = s.prep.rows("test")
+    return {"flips_any": geometry.ranking_flips(s.probs[rows]),
+            "flips_by_0.05": geometry.ranking_flips(s.probs[rows], 0.05),
+            "smoothness": geometry.smoothness(s.directions, s.probs, seed=s.seed)}
+
+
+STUDIES: dict[str, Callable[[Study], dict]] = {
+    "routing": study_routing, "onboarding": study_onboarding, "irt_2pl": study_irt_2pl,
+    "norm_difficulty": study_norm_difficulty, "taxonomy": study_taxonomy, "probes": study_probes,
+    "lobo": study_lobo, "ranking": study_ranking,
+}
+
+
+def run_report(prep: Prepared, space: Space, out: str | Path, seed: int = 0, studies: list[str] | None = None,
+               costs: np.ndarray | None = None, progress: bool = True) -> dict:
+    """Run `studies` (default: all of STUDIES; lobo is left out where there are fewer than 3
+    benchmarks) and write results.json, report.md, report.html and the PNGs into `out`."""
+    unknown = sorted(set(studies or []) - set(STUDIES))
+    if unknown:
+        raise ValueError(f"unknown studies {unknown}; known: {list(STUDIES)}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = prep.data
+    if studies is None:
+        studies = [n for n in STUDIES if n != "lobo" or len(set(data.benchmarks.tolist())) >= 3]
+    ctx = Study(prep, space, out, seed, costs, progress)
+    results: dict = {"data": data.name, "synthetic": bool(data.synthetic), "questions": int(data.n_questions),
+                     "llms": int(data.n_models), "space": {"recipe": space.metadata.get("recipe"),
+                                                           "members": len(space.members), "dim": space.config.dim}}
+    for name in STUDIES:
+        if name in studies:
+            results[name] = STUDIES[name](ctx)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     md = _markdown(results)
     (out / "report.md").write_text(md)
@@ -139,53 +284,121 @@ def run_report(prep: Prepared, space: Space, out: str | Path, seed: int = 0) -> 
     return results
 
 
-def _markdown(r: dict) -> str:
-    rt, nd, tp, tx = r["routing"], r["norm_difficulty"], r["irt_2pl"], r["taxonomy"]
-    syn = " (SYNTHETIC data)" if r["synthetic"] else ""
-    lines = [f"# JE-IRT report: {r['data']}{syn}", "",
-             f"{r['llms']} LLMs, {r['questions']} questions; space: recipe {r['space']['recipe']}, "
-             f"{r['space']['members']} member(s), d = {r['space']['dim']}.", "",
-             "## Routing (test questions)", "", "| router | accuracy |", "| --- | --- |",
-             f"| oracle | {rt['oracle']:.3f} |",
-             f"| JE-IRT argmax | {rt['jeirt_argmax']:.3f} [{rt['jeirt_argmax_ci95'][0]:.3f}, "
-             f"{rt['jeirt_argmax_ci95'][1]:.3f}] |",
-             f"| per-benchmark best (reads the benchmark label) | {rt['per_benchmark_best']:.3f} |",
-             f"| best on average | {rt['best_average']:.3f} |", f"| random | {rt['random']:.3f} |", "",
-             "## Norm is difficulty", "",
-             f"Spearman correlation of ||E_Q|| with the share of LLMs answering correctly: "
-             f"**{nd['spearman']:.3f}** over {nd['questions']} training questions (negative: larger norm, "
-             f"harder question). Per benchmark: " +
-             ", ".join(f"{b} {v:.2f}" for b, v in nd["per_benchmark"].items()) + ".", "",
-             "![norm vs difficulty](norm_difficulty.png)", "",
-             "## A scalar ability (classical 2PL) does not fit", "",
-             f"Of {tp['questions']} questions, **{tp['share_negative']:.1%}** get a negative discrimination and "
-             f"{tp['share_near_zero']:.1%} a near-zero one (|a| < {tp['near_zero_threshold']}). "
-             f"{tp['order_flips_across_benchmarks']['share']:.1%} of LLM pairs swap order between two of the "
-             f"{tp['order_flips_across_benchmarks']['benchmarks']} benchmarks.", "",
-             "![item characteristic curves](irt_2pl_iccs.png)", "",
-             "## The LLM-internal taxonomy", "",
-             f"k-means on question directions, k = {tx['k']} by silhouette: adjusted Rand index "
-             f"**{tx['ari']:.3f}**, NMI **{tx['nmi']:.3f}** against the human categories.", "",
-             "![contingency](taxonomy_contingency.png)", "", "| cluster | size | mostly | typical question |",
-             "| --- | --- | --- | --- |"]
+def _md_routing(rt: dict) -> list[str]:
+    acc, ci = rt["accuracy"], rt["ci95"]
+    names = [("oracle", "oracle (any LLM correct)"), ("jeirt_argmax", "JE-IRT argmax"),
+             ("mf_argmax", "matrix factorisation argmax"), ("knn_argmax", "KNN argmax"),
+             ("per_benchmark_best", "per-benchmark best (reads the benchmark label)"),
+             ("best_average", "best on average"), ("random", "random")]
+    lines = [f"## Routing ({rt['test_questions']} test questions)", "", "| router | accuracy | 95% interval |",
+             "| --- | --- | --- |"]
+    lines += [f"| {label} | {acc[k]:.3f} | [{ci[k][0]:.3f}, {ci[k][1]:.3f}] |" for k, label in names if k in acc]
+    c = rt["cost"]
+    lines += ["", "Candidates per question are the LLMs with a label for it. Costs: "
+              + ("given." if set(c["cost_source"].values()) == {"given"} else
+                 "the default, parameters in billions read from each name (names without a size priced as the "
+                 "largest); see results.json for each.")]
+    if c["aiq_jeirt"] is None:
+        lines += ["", "Every LLM has the same cost: there is no cost trade-off to show."]
+    else:
+        lines += ["", f"AIQ (area under the accuracy-vs-cost hull over the cost range): JE-IRT router "
+                      f"**{c['aiq_jeirt']:.3f}**, single LLMs alone {c['aiq_single_llms']:.3f}."]
+    if "cpt" in c:
+        p = c["cpt"]
+        fmt = {k: ("not reached" if p[k] is None else f"{p[k]:.1%}") for k in ("cpt_50", "cpt_80")}
+        lines += ["", f"CPT, routing between {p['weak']} (cheapest, {p['weak_accuracy']:.3f}) and {p['strong']} "
+                      f"(best on training data, {p['strong_accuracy']:.3f}) over {p['questions']} questions: "
+                      f"{fmt['cpt_50']} of calls to the strong LLM reach 50% of the gap, {fmt['cpt_80']} reach 80% "
+                      f"(a router blind to the question needs 50% and 80%)."]
+    return lines + ["", "![accuracy vs cost](routing_cost.png)"]
+
+
+def _md_onboarding(ob: dict) -> list[str]:
+    mean = ob["mean"]
+    lines = ["## Onboarding a new LLM", "",
+             f"{len(ob['heldout_models'])} LLMs ({', '.join(ob['heldout_models'])}) held out of a space, then each "
+             f"fitted from a share of its training questions; test accuracy, mean over them. Joint training: "
+             f"**{mean['joint_accuracy']:.3f}**.", "", "| share | random questions | adaptive questions |",
+             "| --- | --- | --- |"]
+    for k, v in mean["random"].items():
+        a = mean["adaptive"].get(k)
+        lines.append(f"| {float(k):.0%} | {v:.3f} | {'-' if a is None else f'{a:.3f}'} |")
+    return lines + ["", "![onboarding curve](onboarding_curve.png)"]
+
+
+def _md_irt(tp: dict) -> list[str]:
+    flips = tp["order_flips_across_benchmarks"]
+    return ["## A scalar ability (classical 2PL) does not fit", "",
+            f"Of {tp['questions']} questions, **{tp['share_negative']:.1%}** get a negative discrimination and "
+            f"{tp['share_near_zero']:.1%} a near-zero one (|a| < {tp['near_zero_threshold']}). "
+            f"{flips['share']:.1%} of LLM pairs swap order between two of the {flips['benchmarks']} benchmarks.", "",
+            "![item characteristic curves](irt_2pl_iccs.png)"]
+
+
+def _md_norm(nd: dict) -> list[str]:
+    return ["## Norm is difficulty", "",
+            f"Spearman correlation of ||E_Q|| with the share of LLMs answering correctly: **{nd['spearman']:.3f}** "
+            f"over {nd['questions']} training questions (negative: larger norm, harder question). Per benchmark: "
+            + ", ".join(f"{b} {v:.2f}" for b, v in nd["per_benchmark"].items()) + ".", "",
+            "![norm vs difficulty](norm_difficulty.png)"]
+
+
+def _md_taxonomy(tx: dict) -> list[str]:
+    lines = ["## The LLM-internal taxonomy", "",
+             f"k-means on question directions, k = {tx['k']} by silhouette: adjusted Rand index **{tx['ari']:.3f}**, "
+             f"NMI **{tx['nmi']:.3f}** against the human categories.", "", "![contingency](taxonomy_contingency.png)",
+             "", "| cluster | size | mostly | typical question |", "| --- | --- | --- | --- |"]
     for c in tx["clusters"]:
         q = c["typical_questions"][0].replace("|", "/").replace("\n", " ") if c["typical_questions"] else ""
         lines.append(f"| {c['cluster']} | {c['size']} | {c['top_benchmark']} | {q} |")
-    lines += ["", "## Difference-of-means probes (held-out AUC)", "", "| probe | in the space | raw encoder |",
-              "| --- | --- | --- |"]
-    for name, p in r["probes"].items():
-        lines.append(f"| {name} | {p['auc_space']:.3f} | {p['auc_raw_encoder']:.3f} |")
-    ar = r["probes"].get("arithmetic (keyword)", {})
+    return lines
+
+
+def _md_probes(probes: dict) -> list[str]:
+    lines = ["## Difference-of-means probes (held-out AUC)", "", "| probe | in the space | raw encoder |",
+             "| --- | --- | --- |"]
+    lines += [f"| {name} | {p['auc_space']:.3f} | {p['auc_raw_encoder']:.3f} |" for name, p in probes.items()]
+    ar = probes.get("arithmetic (keyword)", {})
     if ar.get("top_non_arithmetic_questions"):
         lines += ["", "Non-arithmetic test questions furthest along the arithmetic direction:", ""]
         lines += [f"- {t}" for t in ar["top_non_arithmetic_questions"]]
-    rk = r["ranking"]
-    lines += ["", "## No universal ranking; smooth in direction", "",
-              f"{rk['flips_any']['share']:.1%} of LLM pairs change order across test questions "
-              f"({rk['flips_by_0.05']['share']:.1%} by more than 0.05 in probability). Spearman correlation of the "
-              f"angle between two questions with the change in predicted probabilities: "
-              f"{rk['smoothness']['spearman_angle_change']:.3f}.", ""]
-    return "\n".join(lines)
+    return lines
+
+
+def _md_lobo(lb: dict) -> list[str]:
+    lines = ["## Leave one benchmark out", "",
+             f"Each benchmark's test questions scored by the main space and by a space trained without the "
+             f"benchmark. Mean drop **{100 * lb['mean_drop']:.2f}** points; Spearman correlation of alignment (max "
+             f"cosine of mean question directions) with the drop: **{lb['spearman_alignment_drop']:.3f}** "
+             f"(the paper expects negative).", "", "| benchmark | main | left out | drop (points) | alignment | nearest |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['benchmark']} | {r['accuracy_main']:.3f} | {r['accuracy_left_out']:.3f} | {100 * r['drop']:.2f} | "
+              f"{r['alignment']['max']:.3f} | {r['alignment']['nearest']} |" for r in lb["benchmarks"]]
+    return lines + ["", "![alignment vs drop](lobo_alignment_drop.png)"]
+
+
+def _md_ranking(rk: dict) -> list[str]:
+    return ["## No universal ranking; smooth in direction", "",
+            f"{rk['flips_any']['share']:.1%} of LLM pairs change order across test questions "
+            f"({rk['flips_by_0.05']['share']:.1%} by more than 0.05 in probability). Spearman correlation of the "
+            f"angle between two questions with the change in predicted probabilities: "
+            f"{rk['smoothness']['spearman_angle_change']:.3f}."]
+
+
+_MARKDOWN = {"routing": _md_routing, "onboarding": _md_onboarding, "irt_2pl": _md_irt,
+             "norm_difficulty": _md_norm, "taxonomy": _md_taxonomy, "probes": _md_probes, "lobo": _md_lobo,
+             "ranking": _md_ranking}
+
+
+def _markdown(r: dict) -> str:
+    syn = " (SYNTHETIC data)" if r["synthetic"] else ""
+    lines = [f"# JE-IRT report: {r['data']}{syn}", "",
+             f"{r['llms']} LLMs, {r['questions']} questions; space: recipe {r['space']['recipe']}, "
+             f"{r['space']['members']} member(s), d = {r['space']['dim']}."]
+    for name in STUDIES:
+        if name in r:
+            lines += [""] + _MARKDOWN[name](r[name])
+    return "\n".join(lines) + "\n"
 
 
 def _html(md: str) -> str:

@@ -67,17 +67,3 @@ def baseline_routers(labels: np.ndarray, train_m: np.ndarray, train_y: np.ndarra
         "random": routed_labels(random_choice, labels),
     }
 
-
-def cost_curve(scores: np.ndarray, costs: np.ndarray, labels: np.ndarray, n_points: int = 25) -> list[dict]:
-    """Accuracy against average cost per query when routing by score - lambda * cost, for
-    lambda from 0 (ignore cost) up to a value that makes the cheapest LLM win everywhere."""
-    available = ~np.isnan(labels)
-    spread = float(np.nanmax(scores) - np.nanmin(scores))
-    gap = float(costs.max() - costs.min()) or 1.0
-    lambdas = np.concatenate([[0.0], np.geomspace(1e-3, 10.0, n_points - 1)]) * max(spread, 1e-12) / gap
-    curve = []
-    for lam in lambdas:
-        pick = available_argmax(scores - lam * costs[None, :], available)
-        curve.append({"lambda": float(lam), "avg_cost": float(costs[pick].mean()),
-                      "accuracy": float(routed_labels(pick, labels).mean())})
-    return curve
