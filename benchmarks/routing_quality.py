@@ -26,7 +26,7 @@ from jeirt_ray.experiment import prepare
 from jeirt_ray.routing.costs import cost_curve
 from jeirt_ray.routing.evaluate import (available_argmax, baseline_routers, bootstrap_ci,
                                         routed_labels)
-from jeirt_ray.routing.policies import SignalBuilder, candidate_policies, policy_accuracy, select_policy
+from jeirt_ray.routing.policies import SignalBuilder, candidate_policies, policy_accuracy, tune_routing
 
 
 def main():
@@ -47,15 +47,18 @@ def main():
         parts[name] = (rows, L[rows])
 
     kw = {"jeirt_members": args.members} if args.members else {}
-    probs = {}
+    probs, space = {}, None
     for name, predict, seconds, info in predictors(prep, ("jeirt", "mf", "knn"), progress=False, **kw):
         probs[name] = {part: predict(rows) for part, (rows, _) in parts.items()}
+        space = info.get("space", space)
         print(f"trained {name} in {seconds:.0f}s", flush=True)
 
-    builder = SignalBuilder(prep.X, tq, tm, ty, data.benchmarks, data.n_models)
-    signals = {part: builder.build(probs["jeirt"][part], rows, prep.X) for part, (rows, _) in parts.items()}
-    candidates = candidate_policies(has_topic=signals["val"].topic is not None)
-    chosen, val_table = select_policy(signals["val"], parts["val"][1], candidates)
+    # the policy is chosen and stored exactly as `jeirt train` does for serving; the signals come
+    # from the arrays stored with the space, as in the Serve router
+    chosen, val_table = tune_routing(space, prep)
+    builder = SignalBuilder.from_arrays(space.routing, space.metadata["routing_policy"]["benchmarks"])
+    signals = {part: builder.build(probs["jeirt"][part], prep.X[rows], rows) for part, (rows, _) in parts.items()}
+    candidates = candidate_policies(ks=builder.ks, has_topic=signals["val"].topic is not None)
 
     test_rows, test_labels = parts["test"]
     available = ~np.isnan(test_labels)

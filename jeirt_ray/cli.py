@@ -113,6 +113,7 @@ def demo(out: Path = typer.Option(None, help="output folder (default: $JEIRT_HOM
     console.print(_results_table(results, "SYNTHETIC data, split by question (80/10/10), seed 0"))
     console.print(f"JE-IRT recipe chosen on validation loss: {results['jeirt']['recipe']!r} "
                   f"({space.metadata['recipe_val_loss']})")
+    _tune_routing(space, prep)
     console.print("[bold]3/4[/bold] registering the space in MLflow")
     _register(space, name, "champion")
     console.print("[bold]4/4[/bold] writing the results")
@@ -144,6 +145,7 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int =
     from .evaluation import JEIRT_MEMBERS
     prep = _prepare(data, encoder, seed)
     space = _train_space(prep, members or JEIRT_MEMBERS, workers, gpus, register)
+    _tune_routing(space, prep)
     out = out or paths.home() / "spaces" / prep.data.name
     space.save(out)
     prep.split.save(out / "split.json", prep.data)
@@ -151,6 +153,15 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int =
                   f"{len(space.model_names)} LLMs) to {out}")
     if register:
         _register(space, register, promote)
+
+
+def _tune_routing(space, prep) -> None:
+    """Choose the routing policy on validation questions; it is saved with the space and is what
+    the Serve router applies by default (policy `tuned`)."""
+    from .routing.policies import tune_routing
+    policy, table = tune_routing(space, prep)
+    console.print(f"routing policy chosen on {prep.split.questions(1).size} validation questions: "
+                  f"{policy.model_dump()} (router accuracy {max(r['val_accuracy'] for r in table):.3f})")
 
 
 def _train_space(prep, members: int, workers: Optional[int], gpus: bool, register: Optional[str]):
@@ -341,7 +352,7 @@ def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. depl
 def route(query: str = typer.Argument(..., help="the question to route"),
           url: str = typer.Option("http://127.0.0.1:8000", help="the service's base URL"),
           top_k: int = typer.Option(5, help="how many LLMs to show"),
-          policy: Optional[str] = typer.Option(None, help="most_likely | cost_weighted | cheapest_within_margin")):
+          policy: Optional[str] = typer.Option(None, help="tuned (default: chosen on validation) | most_likely | cost_weighted | cheapest_within_margin")):
     """Ask a running service which LLM should answer QUERY."""
     import httpx
     body = {"query": query, "top_k": top_k, **({"policy": policy} if policy else {})}

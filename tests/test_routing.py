@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -85,9 +87,9 @@ def test_router_beats_best_average_on_planted_specialities(routed):
     assert router_true > best_avg_true + 0.03
     assert routed_labels(chosen, labels).mean() > base["best_average"].mean()
 
-    builder = SignalBuilder(prep.X, tq, tm, ty, data.benchmarks, data.n_models, ks=(10, 50))
+    builder = SignalBuilder.fit(prep.X, tq, tm, ty, data.benchmarks, data.n_models, ks=(10, 50))
     val_rows = prep.split.questions(1)
-    sig = builder.build(space.predict_proba(prep.X[val_rows]), val_rows, prep.X)
+    sig = builder.build(space.predict_proba(prep.X[val_rows]), prep.X[val_rows], val_rows)
     cands = candidate_policies(ks=(10, 50))
     best, table = select_policy(sig, L[val_rows], cands)
     assert len(table) == len(cands)
@@ -103,3 +105,29 @@ def test_cost_curve_trades_accuracy_for_cost():
     assert curve[-1]["avg_cost"] == 1.0 and curve[-1]["accuracy"] == 0.5  # cheapest everywhere
     costs = [p["avg_cost"] for p in curve]
     assert costs == sorted(costs, reverse=True)
+
+
+def test_tuned_policy_travels_with_the_space(routed, tmp_path):
+    """tune_routing stores the policy and its signal arrays in the space; after a save/load the
+    signals of new queries (by embedding) equal those evaluation computed by dataset row."""
+    from jeirt_ray.model.space import Space
+    from jeirt_ray.routing.policies import tune_routing
+    prep, space = routed
+    space = dataclasses.replace(space, metadata=dict(space.metadata))
+    policy, table = tune_routing(space, prep)
+    assert space.metadata["routing_policy"]["name"] == policy.name and len(table) > 10
+    loaded = Space.load(space.save(tmp_path / "s"))
+    builder = SignalBuilder.from_arrays(loaded.routing, loaded.metadata["routing_policy"]["benchmarks"])
+    rows = prep.split.questions(2)[:50]
+    p = space.predict_proba(prep.X[rows])
+    by_row = SignalBuilder.fit(prep.X, *(t.numpy() for t in (prep.pairs("train").q, prep.pairs("train").m,
+                                                             prep.pairs("train").y)),
+                               prep.data.benchmarks, prep.data.n_models).build(p, prep.X[rows], rows)
+    by_embedding = builder.build(p, prep.X[rows])
+    for k in builder.ks:
+        np.testing.assert_allclose(by_embedding.local[k], by_row.local[k], atol=1e-6)
+    np.testing.assert_allclose(by_embedding.topic, by_row.topic, atol=1e-6)
+    # an LLM onboarded after tuning (one more column) is scored by its p alone
+    wider = builder.build(np.hstack([p, np.full((len(rows), 1), 0.99)]), prep.X[rows])
+    assert wider.local[builder.ks[0]].shape == (len(rows), prep.data.n_models + 1)
+    assert np.all(wider.local[builder.ks[0]][:, -1] == 0.99) and wider.prior[-1] == 0.0

@@ -29,6 +29,25 @@ def space(prep):
     return train_space(prep, CFG, members=2, progress=False)
 
 
+def test_tuned_policy_routes_as_evaluated(space, prep):
+    """The default policy applies what tune_routing chose on validation, with the same signals,
+    and respects a candidate list; without a stored policy it is the argmax."""
+    import dataclasses
+
+    from jeirt_ray.routing.policies import SignalBuilder, tune_routing
+    tuned = dataclasses.replace(space, metadata=dict(space.metadata))
+    policy, _ = tune_routing(tuned, prep)
+    core = RouterCore(tuned, "s/1")
+    x = prep.X[prep.split.questions(2)[:40]]
+    builder = SignalBuilder.from_arrays(tuned.routing, tuned.metadata["routing_policy"]["benchmarks"])
+    expected = policy.choose(builder.build(tuned.predict_proba(x), x), np.ones((len(x), len(tuned.model_names)), bool))
+    res = core.route(x, RouteRequest(queries=["a"] * len(x)))
+    assert [r.chosen for r in res] == [tuned.model_names[i] for i in expected]
+    assert all(r.policy == "tuned" for r in res)
+    two = tuned.model_names[:2]
+    assert {r.chosen for r in core.route(x, RouteRequest(queries=["a"] * len(x), candidates=two))} <= set(two)
+
+
 def test_most_likely_is_the_argmax_and_top_k(space, prep):
     core = RouterCore(space, "s/1")
     x = prep.X[:7]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.numpy import load_file as load_numpy
+from safetensors.numpy import save_file as save_numpy
 from safetensors.torch import load_file, save_file
 
 from .modules import JEIRT, build_module
@@ -34,6 +36,9 @@ class Space:
     # query's nearest benchmark without the dataset
     question_embeddings: np.ndarray | None = None
     question_benchmarks: list[str] = field(default_factory=list)
+    # the arrays of the routing policy chosen on validation (routing.policies.tune_routing;
+    # the policy itself is in metadata["routing_policy"])
+    routing: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -89,6 +94,8 @@ class Space:
         if self.question_embeddings is not None:
             save_file({"embeddings": torch.as_tensor(np.ascontiguousarray(self.question_embeddings, dtype=np.float32))},
                       str(d / "questions.safetensors"))
+        if self.routing:
+            save_numpy({k: np.ascontiguousarray(v) for k, v in self.routing.items()}, str(d / "routing.safetensors"))
         (d / "space.json").write_text(json.dumps({
             "format": "jeirt-space/1", "config": self.config.model_dump(), "encoder_id": self.encoder_id,
             "in_dim": self.in_dim, "n_members": len(self.members), "model_names": self.model_names,
@@ -115,6 +122,7 @@ class Space:
             members.append(mod.eval())
         questions = d / "questions.safetensors"
         embeddings = load_file(str(questions))["embeddings"].numpy() if questions.exists() else None
+        routing = d / "routing.safetensors"
         return cls(members, config, meta["encoder_id"], meta["in_dim"], meta["model_names"],
                    meta.get("question_ids", []), meta.get("metadata", {}), embeddings,
-                   meta.get("question_benchmarks", []))
+                   meta.get("question_benchmarks", []), load_numpy(str(routing)) if routing.exists() else {})

@@ -64,29 +64,69 @@ class Policy(BaseModel):
 
 
 class SignalBuilder:
-    """Fits, on training questions only, what the policies need beyond the space's p."""
+    """Fits, on training questions only, what the policies need beyond the space's p. Its state
+    is arrays only (`to_arrays`/`from_arrays`), stored with the space, so that the Serve router
+    computes exactly the signals that evaluation chose the policy on."""
 
-    def __init__(self, X: np.ndarray, train_q: np.ndarray, train_m: np.ndarray, train_y: np.ndarray,
-                 benchmarks: np.ndarray, n_models: int, ks=(25, 50, 100, 200, 400)):
-        self.ks = ks
-        self.knn = KNN().fit(X, n_models, train_q, train_m, train_y)
-        self.prior = np.nan_to_num(train_rates(n_models, train_m, train_y)[0], nan=0.0)
-        self.benches, bidx = np.unique(benchmarks, return_inverse=True)
-        self.bench_rates = np.nan_to_num(train_rates(n_models, train_m, train_y, bidx[train_q], len(self.benches)),
-                                         nan=0.0)
-        self.topic_clf = None
-        if len(self.benches) > 1:
-            rows = self.knn.train_rows
-            self.topic_clf = LogisticRegression(C=10.0, max_iter=2000).fit(X[rows], bidx[rows])
+    def __init__(self, knn: KNN, ks, prior: np.ndarray, benches: np.ndarray, bench_rates: np.ndarray,
+                 topic_coef: np.ndarray | None = None, topic_intercept: np.ndarray | None = None):
+        self.knn, self.ks, self.prior = knn, tuple(int(k) for k in ks), prior
+        self.benches, self.bench_rates = benches, bench_rates
+        self.topic_coef, self.topic_intercept = topic_coef, topic_intercept
 
-    def build(self, p: np.ndarray, rows: np.ndarray, X: np.ndarray) -> RoutingSignals:
-        kmax = min(max(self.ks), len(self.knn.train_rows) - 1)
-        nbrs = self.knn.neighbours(rows, kmax)
-        local = {k: self.knn.predict_all(rows, min(k, kmax), nbrs) for k in self.ks}
-        topic = None
-        if self.topic_clf is not None:
-            topic = self.topic_clf.predict_proba(X[rows]) @ self.bench_rates
-        return RoutingSignals(p=p, local=local, topic=topic, prior=self.prior)
+    @classmethod
+    def fit(cls, X: np.ndarray, train_q: np.ndarray, train_m: np.ndarray, train_y: np.ndarray,
+            benchmarks: np.ndarray, n_models: int, ks=(25, 50, 100, 200, 400)) -> "SignalBuilder":
+        knn = KNN().fit(X, n_models, train_q, train_m, train_y)
+        prior = np.nan_to_num(train_rates(n_models, train_m, train_y)[0], nan=0.0)
+        benches, bidx = np.unique(benchmarks, return_inverse=True)
+        bench_rates = np.nan_to_num(train_rates(n_models, train_m, train_y, bidx[train_q], len(benches)), nan=0.0)
+        coef = intercept = None
+        if len(benches) > 1:
+            rows = knn.train_rows
+            clf = LogisticRegression(C=10.0, max_iter=2000).fit(X[rows], bidx[rows])
+            coef, intercept = clf.coef_, clf.intercept_
+        return cls(knn, ks, prior, benches, bench_rates, coef, intercept)
+
+    def topic_probs(self, x: np.ndarray) -> np.ndarray:
+        """The benchmark classifier's probabilities (sklearn's multinomial / binary logistic)."""
+        z = x @ self.topic_coef.T + self.topic_intercept
+        if z.shape[1] == 1:  # two benchmarks: one logit for the second
+            p1 = 1.0 / (1.0 + np.exp(-z[:, 0]))
+            return np.stack([1 - p1, p1], axis=1)
+        z = z - z.max(1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(1, keepdims=True)
+
+    def build(self, p: np.ndarray, x: np.ndarray, rows: np.ndarray | None = None) -> RoutingSignals:
+        """Signals for queries with frozen embeddings `x` and the space's probabilities `p`.
+        `rows`: the queries' dataset rows when they are dataset questions (so a training
+        question is never its own neighbour). LLMs added after fitting (onboarded, beyond the
+        columns seen in training) get their p as local and topic signal and a prior of 0."""
+        kmax = min(max(self.ks), len(self.knn.base) - 1) if rows is not None else min(max(self.ks), len(self.knn.base))
+        nbrs = self.knn.neighbours(rows, kmax) if rows is not None else self.knn.neighbours_of(x, kmax)
+        local = {k: self.knn.rates(nbrs[:, :min(k, kmax)]) for k in self.ks}
+        topic = None if self.topic_coef is None else self.topic_probs(x) @ self.bench_rates
+        prior = self.prior
+        extra = p.shape[1] - len(prior)
+        if extra > 0:
+            local = {k: np.hstack([v, p[:, -extra:]]) for k, v in local.items()}
+            topic = None if topic is None else np.hstack([topic, p[:, -extra:]])
+            prior = np.concatenate([prior, np.zeros(extra)])
+        return RoutingSignals(p=p, local=local, topic=topic, prior=prior)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        out = {f"knn.{k}": v for k, v in self.knn.to_arrays().items()}
+        out |= {"ks": np.array(self.ks), "prior": self.prior, "bench_rates": self.bench_rates}
+        if self.topic_coef is not None:
+            out |= {"topic_coef": self.topic_coef, "topic_intercept": self.topic_intercept}
+        return out
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray], benches: list[str]) -> "SignalBuilder":
+        knn = KNN.from_arrays({k[4:]: v for k, v in a.items() if k.startswith("knn.")})
+        return cls(knn, a["ks"].tolist(), a["prior"], np.asarray(benches), a["bench_rates"],
+                   a.get("topic_coef"), a.get("topic_intercept"))
 
 
 def candidate_policies(ks=(25, 50, 100, 200, 400), has_topic: bool = True) -> list[Policy]:
@@ -110,3 +150,23 @@ def select_policy(signals: RoutingSignals, labels: np.ndarray, candidates: list[
     table = [{"policy": p.model_dump(), "val_accuracy": policy_accuracy(p, signals, labels)} for p in candidates]
     best = max(range(len(table)), key=lambda i: (table[i]["val_accuracy"], -i))
     return candidates[best], table
+
+
+def tune_routing(space, prep) -> tuple[Policy, list[dict]]:
+    """Choose the routing policy on the validation questions of `prep` and store it in `space`
+    (metadata `routing_policy`, signal arrays in `space.routing`), so that the Serve router
+    applies what evaluation chose. Returns the policy and the validation table."""
+    train = prep.pairs("train")
+    builder = SignalBuilder.fit(prep.X, train.q.numpy(), train.m.numpy(), train.y.numpy(), prep.data.benchmarks,
+                                prep.data.n_models)
+    rows = prep.split.questions(1)
+    labels = prep.data.label_matrix(rows)
+    rows, labels = rows[(~np.isnan(labels)).any(1)], labels[(~np.isnan(labels)).any(1)]
+    if not len(rows):
+        raise ValueError("no validation question has a label: cannot choose a routing policy")
+    signals = builder.build(space.predict_proba(prep.X[rows]), prep.X[rows], rows)
+    policy, table = select_policy(signals, labels, candidate_policies(ks=builder.ks, has_topic=signals.topic is not None))
+    space.metadata["routing_policy"] = {**policy.model_dump(), "val_accuracy": max(r["val_accuracy"] for r in table),
+                                        "benchmarks": builder.benches.tolist()}
+    space.routing = builder.to_arrays()
+    return policy, table

@@ -1,7 +1,8 @@
 """The routing core: plain classes that the Serve deployments wrap (testable without Ray).
 
 `RouterCore` scores every LLM of a space for encoder embeddings with one matrix product per
-ensemble member and applies a policy. `SpaceSource` loads a space from the MLflow registry and
+ensemble member and applies a policy: by default `tuned`, the one chosen on validation questions
+and stored with the space (routing.policies.tune_routing), so serving routes as evaluated. `SpaceSource` loads a space from the MLflow registry and
 swaps it only for one that loads and fits the encoder: a bad new version never replaces a
 working one.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.space import Space
+from ..routing.policies import Policy, SignalBuilder
 from .schemas import ModelScore, RouteDecision, RouteRequest
 
 log = logging.getLogger(__name__)
@@ -30,7 +32,7 @@ class RouterSettings:
 
     model: str
     alias: str = "champion"
-    default_policy: str = "most_likely"
+    default_policy: str = "tuned"
     costs: dict[str, float] | None = None
     refresh_s: float = 5.0  # how often the alias is re-resolved
     upstreams: dict[str, str] | None = None  # LLM name -> OpenAI-compatible base URL
@@ -42,7 +44,7 @@ class RouterSettings:
 
 class RouterCore:
     def __init__(self, space: Space, label: str, costs: dict[str, float] | None = None,
-                 default_policy: str = "most_likely"):
+                 default_policy: str = "tuned"):
         self.space, self.label, self.default_policy = space, label, default_policy
         self.names = list(space.model_names)
         self.index = {n: i for i, n in enumerate(self.names)}
@@ -53,6 +55,11 @@ class RouterCore:
                 raise ValueError(f"the cost table has no price for {missing[:5]}{'...' if len(missing) > 5 else ''}")
             self.costs = np.array([float(costs[n]) for n in self.names])
         self.benchmarks, self.centroids = self._centroids(space)
+        self.tuned = None  # (Policy, SignalBuilder) chosen on validation, when the space has one
+        chosen = space.metadata.get("routing_policy")
+        if chosen and space.routing:
+            fields = {k: chosen[k] for k in Policy.model_fields if k in chosen}
+            self.tuned = (Policy(**fields), SignalBuilder.from_arrays(space.routing, chosen["benchmarks"]))
 
     @staticmethod
     def _centroids(space: Space):
@@ -75,14 +82,23 @@ class RouterCore:
                 raise RequestError(f"unknown candidate LLM(s) {unknown}; this space serves {len(self.names)} "
                                    f"LLMs (GET /v1/models)")
             cand = np.array([self.index[c] for c in dict.fromkeys(req.candidates)])
-        if policy != "most_likely" or req.budget is not None:
+        if policy in ("cost_weighted", "cheapest_within_margin") or req.budget is not None:
             if self.costs is None:
                 raise RequestError(f"policy {policy!r} and budget need a cost table; none is configured")
         if req.budget is not None:
             cand = cand[self.costs[cand] <= req.budget]
             if not len(cand):
                 raise RequestError(f"no candidate LLM costs at most the budget {req.budget}")
-        probs = self.space.predict_proba(x)[:, cand]  # (n, C)
+        p_all = self.space.predict_proba(x)
+        probs = p_all[:, cand]  # (n, C)
+        tuned_pick = None
+        if policy == "tuned" and self.tuned is not None:
+            chosen_policy, builder = self.tuned
+            available = np.zeros(p_all.shape, dtype=bool)
+            available[:, cand] = True
+            position = np.full(p_all.shape[1], -1)
+            position[cand] = np.arange(len(cand))
+            tuned_pick = position[chosen_policy.choose(builder.build(p_all, x), available)]
         norms = np.linalg.norm(self.space.question_vectors(x), axis=1)
         nearest = None
         if self.centroids is not None:
@@ -91,7 +107,9 @@ class RouterCore:
         costs = self.costs[cand] if self.costs is not None else None
         out = []
         for i, p in enumerate(probs):
-            if policy == "most_likely":
+            if tuned_pick is not None:
+                pick = int(tuned_pick[i])
+            elif policy in ("most_likely", "tuned"):  # tuned without a stored policy: the highest p
                 pick = int(p.argmax())
             elif policy == "cost_weighted":
                 pick = int((p - req.cost_weight * costs).argmax())

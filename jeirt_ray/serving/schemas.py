@@ -10,13 +10,15 @@ MAX_QUERY_CHARS = 8000
 MAX_QUERIES = 64
 MAX_RESPONSES = 100_000
 Query = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUERY_CHARS)]
-Policy = Literal["most_likely", "cost_weighted", "cheapest_within_margin"]
+Policy = Literal["tuned", "most_likely", "cost_weighted", "cheapest_within_margin"]
 
 
 class RouteRequest(BaseModel):
-    """Route one query or a batch. Policies: `most_likely` (highest predicted probability of a
-    correct answer), `cost_weighted` (maximise p - cost_weight * cost), `cheapest_within_margin`
-    (the cheapest LLM whose p is within `margin` of the best); `budget` drops LLMs costing more."""
+    """Route one query or a batch. Policies: `tuned` (the policy chosen on validation questions
+    and stored with the space, see jeirt_ray/routing/policies.py; the highest p where the space
+    has none), `most_likely` (highest predicted probability of a correct answer), `cost_weighted`
+    (maximise p - cost_weight * cost), `cheapest_within_margin` (the cheapest LLM whose p is
+    within `margin` of the best); `budget` drops LLMs costing more."""
 
     model_config = ConfigDict(extra="forbid")
     query: Query | None = None
