@@ -197,7 +197,8 @@ def study_taxonomy(s: Study) -> dict:
     data = s.prep.data
     tax = geometry.taxonomy(s.directions, data.benchmarks, data.texts, seed=s.seed)
     table = np.array(tax["contingency"], dtype=float)
-    fig, ax = s.plt.subplots(figsize=(1 + 0.45 * len(tax["categories"]), 1 + 0.35 * tax["k"]))
+    size = (max(5.0, 1 + 0.45 * len(tax["categories"])), max(3.5, 2 + 0.35 * tax["k"]))  # room for the labels
+    fig, ax = s.plt.subplots(figsize=size)
     ax.imshow(table / table.sum(1, keepdims=True).clip(1), cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(tax["categories"])), tax["categories"], rotation=60, ha="right", fontsize=7)
     ax.set_yticks(range(tax["k"]), [f"cluster {c}" for c in range(tax["k"])], fontsize=7)
