@@ -57,7 +57,7 @@ def main():
     # from the arrays stored with the space, as in the Serve router
     chosen, val_table = tune_routing(space, prep)
     builder = SignalBuilder.from_arrays(space.routing, space.metadata["routing_policy"]["benchmarks"])
-    signals = {part: builder.build(probs["jeirt"][part], prep.X[rows], rows) for part, (rows, _) in parts.items()}
+    signals = {part: builder.build(probs["jeirt"][part], prep.X[rows]) for part, (rows, _) in parts.items()}
     candidates = candidate_policies(ks=builder.ks, has_topic=signals["val"].topic is not None)
 
     test_rows, test_labels = parts["test"]

@@ -89,7 +89,7 @@ def test_router_beats_best_average_on_planted_specialities(routed):
 
     builder = SignalBuilder.fit(prep.X, tq, tm, ty, data.benchmarks, data.n_models, ks=(10, 50))
     val_rows = prep.split.questions(1)
-    sig = builder.build(space.predict_proba(prep.X[val_rows]), prep.X[val_rows], val_rows)
+    sig = builder.build(space.predict_proba(prep.X[val_rows]), prep.X[val_rows])
     cands = candidate_policies(ks=(10, 50))
     best, table = select_policy(sig, L[val_rows], cands)
     assert len(table) == len(cands)
@@ -109,7 +109,9 @@ def test_cost_curve_trades_accuracy_for_cost():
 
 def test_tuned_policy_travels_with_the_space(routed, tmp_path):
     """tune_routing stores the policy and its signal arrays in the space; after a save/load the
-    signals of new queries (by embedding) equal those evaluation computed by dataset row."""
+    signals of new queries equal those of a builder fitted on the dataset, and the local signal
+    is the KNN baseline's estimate."""
+    from jeirt_ray.model.baselines import KNN
     from jeirt_ray.model.space import Space
     from jeirt_ray.routing.policies import tune_routing
     prep, space = routed
@@ -120,13 +122,15 @@ def test_tuned_policy_travels_with_the_space(routed, tmp_path):
     builder = SignalBuilder.from_arrays(loaded.routing, loaded.metadata["routing_policy"]["benchmarks"])
     rows = prep.split.questions(2)[:50]
     p = space.predict_proba(prep.X[rows])
-    by_row = SignalBuilder.fit(prep.X, *(t.numpy() for t in (prep.pairs("train").q, prep.pairs("train").m,
-                                                             prep.pairs("train").y)),
-                               prep.data.benchmarks, prep.data.n_models).build(p, prep.X[rows], rows)
-    by_embedding = builder.build(p, prep.X[rows])
+    tq, tm, ty = (t.numpy() for t in (prep.pairs("train").q, prep.pairs("train").m, prep.pairs("train").y))
+    fitted = SignalBuilder.fit(prep.X, tq, tm, ty, prep.data.benchmarks, prep.data.n_models).build(p, prep.X[rows])
+    loaded_signals = builder.build(p, prep.X[rows])
+    knn = KNN().fit(prep.X, prep.data.n_models, tq, tm, ty)
+    nbrs = knn.neighbours(rows, max(builder.ks))  # the same list (the templated texts have ties)
     for k in builder.ks:
-        np.testing.assert_allclose(by_embedding.local[k], by_row.local[k], atol=1e-6)
-    np.testing.assert_allclose(by_embedding.topic, by_row.topic, atol=1e-6)
+        np.testing.assert_allclose(loaded_signals.local[k], fitted.local[k], atol=1e-6)
+        np.testing.assert_allclose(loaded_signals.local[k], knn.predict_all(rows, k, nbrs), atol=1e-6)
+    np.testing.assert_allclose(loaded_signals.topic, fitted.topic, atol=1e-6)
     # an LLM onboarded after tuning (one more column) is scored by its p alone
     wider = builder.build(np.hstack([p, np.full((len(rows), 1), 0.99)]), prep.X[rows])
     assert wider.local[builder.ks[0]].shape == (len(rows), prep.data.n_models + 1)

@@ -98,13 +98,13 @@ class SignalBuilder:
         e = np.exp(z)
         return e / e.sum(1, keepdims=True)
 
-    def build(self, p: np.ndarray, x: np.ndarray, rows: np.ndarray | None = None) -> RoutingSignals:
-        """Signals for queries with frozen embeddings `x` and the space's probabilities `p`.
-        `rows`: the queries' dataset rows when they are dataset questions (so a training
-        question is never its own neighbour). LLMs added after fitting (onboarded, beyond the
-        columns seen in training) get their p as local and topic signal and a prior of 0."""
-        kmax = min(max(self.ks), len(self.knn.base) - 1) if rows is not None else min(max(self.ks), len(self.knn.base))
-        nbrs = self.knn.neighbours(rows, kmax) if rows is not None else self.knn.neighbours_of(x, kmax)
+    def build(self, p: np.ndarray, x: np.ndarray) -> RoutingSignals:
+        """Signals for queries (validation, test or live questions, never training ones) with
+        frozen embeddings `x` and the space's probabilities `p`. LLMs added after fitting
+        (onboarded, beyond the columns seen in training) get their p as local and topic signal
+        and a prior of 0."""
+        kmax = min(max(self.ks), len(self.knn.base))
+        nbrs = self.knn.neighbours_of(x, kmax)
         local = {k: self.knn.rates(nbrs[:, :min(k, kmax)]) for k in self.ks}
         topic = None if self.topic_coef is None else self.topic_probs(x) @ self.bench_rates
         prior = self.prior
@@ -164,7 +164,7 @@ def tune_routing(space, prep) -> tuple[Policy, list[dict]]:
     rows, labels = rows[(~np.isnan(labels)).any(1)], labels[(~np.isnan(labels)).any(1)]
     if not len(rows):
         raise ValueError("no validation question has a label: cannot choose a routing policy")
-    signals = builder.build(space.predict_proba(prep.X[rows]), prep.X[rows], rows)
+    signals = builder.build(space.predict_proba(prep.X[rows]), prep.X[rows])
     policy, table = select_policy(signals, labels, candidate_policies(ks=builder.ks, has_topic=signals.topic is not None))
     space.metadata["routing_policy"] = {**policy.model_dump(), "val_accuracy": max(r["val_accuracy"] for r in table),
                                         "benchmarks": builder.benches.tolist()}
