@@ -88,3 +88,21 @@ def test_train_register_promote_list(tmp_path, monkeypatch):
     assert runner.invoke(app, ["registry", "promote", "cli-space", "1"]).exit_code == 0
     r = runner.invoke(app, ["registry", "list", "cli-space"])
     assert r.exit_code == 0 and "champion" in r.output and "best_member_val_loss" in r.output
+
+
+def test_analyze_one_study_and_bad_inputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("JEIRT_HOME", str(tmp_path / "home"))
+    r = runner.invoke(app, ["data", "synth", "--out", str(tmp_path / "d"), "--models", "8", "--questions", "300"])
+    assert r.exit_code == 0, r.output
+    common = ["--data", str(tmp_path / "d"), "--encoder", "hashing", "--members", "1"]
+    r = runner.invoke(app, ["analyze", "astrology", *common, "--out", str(tmp_path / "a")])
+    assert r.exit_code == 2 and "unknown study 'astrology'" in r.output
+    (tmp_path / "costs.csv").write_text("model,cost\nsynthetic-llm-00,1\n")
+    r = runner.invoke(app, ["analyze", "routing", *common, "--costs", str(tmp_path / "costs.csv"),
+                            "--out", str(tmp_path / "a")])
+    assert r.exit_code == 2 and "costs.csv: no cost for 7 LLM(s)" in " ".join(r.output.split())  # rich wraps
+    r = runner.invoke(app, ["analyze", "norm_difficulty", *common, "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    res = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert "norm_difficulty" in res and "routing" not in res
+    assert "Norm is difficulty" in (tmp_path / "a" / "report.md").read_text()
