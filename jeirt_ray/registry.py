@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 
 from . import paths
@@ -57,17 +58,23 @@ class Registry:
                  run_id: str | None = None) -> int:
         """Log the space as a run (a new one, or `run_id` from `new_run`) and register it as a
         new version of `name`."""
+        from mlflow.entities import Metric, Param, RunTag
+
         metrics = {k: float(v) for k, v in (metrics or {}).items()}
-        run_args = {"run_id": run_id} if run_id else {"experiment_id": self._experiment_id(),
-                                                       "run_name": f"register-{name}"}
-        with tempfile.TemporaryDirectory() as tmp, self.mlflow.start_run(**run_args) as run:
-            self.mlflow.log_params({f"config.{k}": v for k, v in space.config.model_dump().items()})
-            self.mlflow.log_params({"encoder_id": space.encoder_id, "n_models": len(space.model_names),
-                                    "members": len(space.members)})
-            if metrics:
-                self.mlflow.log_metrics(metrics)
-            self.mlflow.set_tag("data_fingerprint", space.metadata.get("data_fingerprint", "unknown"))
-            self.mlflow.log_artifacts(space.save(Path(tmp) / "space"), artifact_path="space")
+        # the client API, not mlflow.start_run: no process-wide active run or experiment to clash
+        # with whatever else this process logged
+        if run_id is None:
+            run_id = self.client.create_run(self._experiment_id(), run_name=f"register-{name}").info.run_id
+        params = {f"config.{k}": v for k, v in space.config.model_dump().items()}
+        params |= {"encoder_id": space.encoder_id, "n_models": len(space.model_names), "members": len(space.members)}
+        now = int(time.time() * 1000)
+        self.client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
+                              params=[Param(k, str(v)) for k, v in params.items()],
+                              tags=[RunTag("data_fingerprint", space.metadata.get("data_fingerprint", "unknown"))])
+        with tempfile.TemporaryDirectory() as tmp:
+            self.client.log_artifacts(run_id, str(space.save(Path(tmp) / "space")), artifact_path="space")
+        self.client.set_terminated(run_id)
+        run = self.client.get_run(run_id)
         try:
             self.client.get_registered_model(name)
         except Exception:
