@@ -159,9 +159,9 @@ def _tune_routing(space, prep) -> None:
     """Choose the routing policy on validation questions; it is saved with the space and is what
     the Serve router applies by default (policy `tuned`)."""
     from .routing.policies import tune_routing
-    policy, table = tune_routing(space, prep)
+    policy, _ = tune_routing(space, prep)
     console.print(f"routing policy chosen on {prep.split.questions(1).size} validation questions: "
-                  f"{policy.model_dump()} (router accuracy {max(r['val_accuracy'] for r in table):.3f})")
+                  f"{policy.model_dump()} (router accuracy {space.metadata['routing_policy']['val_accuracy']:.3f})")
 
 
 def _train_space(prep, members: int, workers: Optional[int], gpus: bool, register: Optional[str]):

@@ -68,11 +68,11 @@ class Study:
         return np.mean([self.space.question_vectors(self.prep.X, member=i) for i in range(len(self.space.members))],
                        axis=0)
 
-    @property
+    @cached_property
     def norms(self) -> np.ndarray:
         return np.linalg.norm(self.E, axis=1)
 
-    @property
+    @cached_property
     def directions(self) -> np.ndarray:
         return self.E / self.norms[:, None].clip(1e-9)
 

@@ -98,15 +98,20 @@ class SignalBuilder:
         e = np.exp(z)
         return e / e.sum(1, keepdims=True)
 
-    def build(self, p: np.ndarray, x: np.ndarray) -> RoutingSignals:
+    def build(self, p: np.ndarray, x: np.ndarray, policy: Policy | None = None) -> RoutingSignals:
         """Signals for queries (validation, test or live questions, never training ones) with
-        frozen embeddings `x` and the space's probabilities `p`. LLMs added after fitting
-        (onboarded, beyond the columns seen in training) get their p as local and topic signal
-        and a prior of 0."""
-        kmax = min(max(self.ks), len(self.knn.base))
-        nbrs = self.knn.neighbours_of(x, kmax)
-        local = {k: self.knn.rates(nbrs[:, :min(k, kmax)]) for k in self.ks}
-        topic = None if self.topic_coef is None else self.topic_probs(x) @ self.bench_rates
+        frozen embeddings `x` and the space's probabilities `p`; with `policy`, only the ones it
+        reads (the serving path: no neighbour search for a policy without `local`). LLMs added
+        after fitting (onboarded, beyond the columns seen in training) get their p as local and
+        topic signal and a prior of 0."""
+        ks = self.ks if policy is None else ((policy.k,) if policy.a_local else ())
+        local = {}
+        if ks:
+            kmax = min(max(ks), len(self.knn.base))
+            nbrs = self.knn.neighbours_of(x, kmax)
+            local = {k: self.knn.rates(nbrs[:, :min(k, kmax)]) for k in ks}
+        want_topic = policy is None or policy.a_topic > 0
+        topic = self.topic_probs(x) @ self.bench_rates if want_topic and self.topic_coef is not None else None
         prior = self.prior
         extra = p.shape[1] - len(prior)
         if extra > 0:
@@ -161,7 +166,8 @@ def tune_routing(space, prep) -> tuple[Policy, list[dict]]:
                                 prep.data.n_models)
     rows = prep.split.questions(1)
     labels = prep.data.label_matrix(rows)
-    rows, labels = rows[(~np.isnan(labels)).any(1)], labels[(~np.isnan(labels)).any(1)]
+    labelled = (~np.isnan(labels)).any(1)
+    rows, labels = rows[labelled], labels[labelled]
     if not len(rows):
         raise ValueError("no validation question has a label: cannot choose a routing policy")
     signals = builder.build(space.predict_proba(prep.X[rows]), prep.X[rows])

@@ -2,9 +2,9 @@
 
 `RouterCore` scores every LLM of a space for encoder embeddings with one matrix product per
 ensemble member and applies a policy: by default `tuned`, the one chosen on validation questions
-and stored with the space (routing.policies.tune_routing), so serving routes as evaluated. `SpaceSource` loads a space from the MLflow registry and
-swaps it only for one that loads and fits the encoder: a bad new version never replaces a
-working one.
+and stored with the space (routing.policies.tune_routing), so serving routes as evaluated.
+`SpaceSource` loads a space from the MLflow registry and swaps it only for one that loads and
+fits the encoder: a bad new version never replaces a working one.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class RouterCore:
             available[:, cand] = True
             position = np.full(p_all.shape[1], -1)
             position[cand] = np.arange(len(cand))
-            tuned_pick = position[chosen_policy.choose(builder.build(p_all, x), available)]
+            tuned_pick = position[chosen_policy.choose(builder.build(p_all, x, chosen_policy), available)]
         norms = np.linalg.norm(self.space.question_vectors(x), axis=1)
         nearest = None
         if self.centroids is not None:
