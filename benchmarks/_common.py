@@ -13,10 +13,11 @@ import torch
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
-def parser(doc: str) -> argparse.ArgumentParser:
-    """The options every benchmark takes: --data, --out, --encoder, --split-seed."""
+def parser(doc: str, data: bool = True) -> argparse.ArgumentParser:
+    """The options every benchmark takes: --data (unless data=False), --out, --encoder, --split-seed."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", help="dataset folder (default ../shared/data/mmlu_pro)")
+    if data:
+        ap.add_argument("--data", help="dataset folder (default ../shared/data/mmlu_pro)")
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--encoder", default="all-MiniLM-L6-v2")
     ap.add_argument("--split-seed", type=int, default=0)

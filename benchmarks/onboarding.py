@@ -24,7 +24,8 @@ from jeirt_ray import paths
 from jeirt_ray.analysis.onboarding_curve import onboarding_curve
 from jeirt_ray.data import load_data
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.evaluation import JEIRT_RECIPES, train_space
+from jeirt_ray.evaluation import train_space
+from jeirt_ray.selection import fixed_config
 from jeirt_ray.experiment import prepare
 from jeirt_ray.model.onboarding import onboard
 
@@ -33,14 +34,13 @@ def main():
     ap = parser(__doc__)
     ap.add_argument("--heldout", type=int, default=3)
     ap.add_argument("--members", type=int, default=1, help="ensemble size of both spaces")
-    ap.add_argument("--recipe", default="regularised", choices=sorted(JEIRT_RECIPES))
     args = ap.parse_args()
 
     data = load_data(dataset_path(args.data, "mmlu_pro"))
     prep = prepare(data, make_encoder(args.encoder), seed=args.split_seed, cache_root=paths.cache_dir())
     rng = np.random.default_rng(args.split_seed)
     held = sorted(rng.choice(data.models, size=args.heldout, replace=False).tolist())
-    config = JEIRT_RECIPES[args.recipe]
+    config = fixed_config("jeirt")
     start = time.perf_counter()
     joint = train_space(prep, config, members=args.members, progress=False)
     blind_prep = dataclasses.replace(prep, split=dataclasses.replace(prep.split, heldout_models=held))
@@ -59,7 +59,7 @@ def main():
     mean = curve["mean"]
     gap = (mean["joint_accuracy"] - mean["random"]["0.1"]) * 100
     write_json(args.out, {
-        "data": data.name, "recipe": args.recipe, "members": args.members, "space_train_seconds": train_seconds,
+        "data": data.name, "config": config.model_dump(), "members": args.members, "space_train_seconds": train_seconds,
         **curve, "gap_points_at_10pct": gap, "within_1_point_at_10pct": gap <= 1.0,
         "fit_1000_responses_ms": {"median": float(np.median(fits) * 1000), "all": [f * 1000 for f in fits],
                                   "responses": int(len(pick)), "members": args.members,

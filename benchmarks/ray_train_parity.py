@@ -18,7 +18,7 @@ from jeirt_ray.data import load_data
 from jeirt_ray.distributed import init_ray
 from jeirt_ray.distributed.train import ray_fit
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.evaluation import JEIRT_RECIPES
+from jeirt_ray.selection import fixed_config
 from jeirt_ray.experiment import pair_probs, prepare
 from jeirt_ray.model.metrics import binary_metrics
 from jeirt_ray.model.space import Space
@@ -27,13 +27,12 @@ from jeirt_ray.model.train import fit
 
 def main():
     ap = parser(__doc__)
-    ap.add_argument("--recipe", default="regularised", choices=sorted(JEIRT_RECIPES))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
     prep = prepare(load_data(dataset_path(args.data, "mmlu_pro")), make_encoder(args.encoder), seed=args.split_seed,
                    cache_root=paths.cache_dir())
-    config = JEIRT_RECIPES[args.recipe].model_copy(update={"seed": args.seed})
+    config = fixed_config("jeirt").model_copy(update={"seed": args.seed})
     data = (prep.X, prep.data.n_models, prep.pairs("train"), prep.pairs("val"), config)
     test, rows = prep.pairs("test"), prep.rows("test")
     init_ray(num_cpus=2)
@@ -50,7 +49,7 @@ def main():
             print(name, results[name], flush=True)
     gaps = {k: abs(results[k]["test_accuracy"] - results["single"]["test_accuracy"]) * 100
             for k in ("ray_workers_0", "ray_workers_2")}
-    write_json(args.out, {"data": prep.data.name, "recipe": args.recipe, "config": config.model_dump(),
+    write_json(args.out, {"data": prep.data.name, "config": config.model_dump(),
                           "results": results, "accuracy_gap_points": gaps,
                           "within_half_point": all(g <= 0.5 for g in gaps.values())})
 

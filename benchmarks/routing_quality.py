@@ -46,7 +46,7 @@ def main():
         rows = rows[(~np.isnan(L[rows])).any(1)]
         parts[name] = (rows, L[rows])
 
-    kw = {"jeirt_members": args.members} if args.members else {}
+    kw = {"members": args.members} if args.members else {}
     probs, space = {}, None
     for name, predict, seconds, info in predictors(prep, ("jeirt", "mf", "knn"), progress=False, **kw):
         probs[name] = {part: predict(rows) for part, (rows, _) in parts.items()}

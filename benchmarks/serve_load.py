@@ -64,7 +64,8 @@ def main():
 
     from jeirt_ray.data import load_data
     from jeirt_ray.encoders import make_encoder
-    from jeirt_ray.evaluation import JEIRT_RECIPES, train_space
+    from jeirt_ray.evaluation import train_space
+    from jeirt_ray.selection import fixed_config
     from jeirt_ray.experiment import prepare
     from jeirt_ray import paths
 
@@ -75,7 +76,7 @@ def main():
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home}/mlflow.db"
         from jeirt_ray.registry import Registry
         # latency does not depend on how well the space is trained: a few epochs of the default recipe
-        space = train_space(prep, JEIRT_RECIPES["regularised"].model_copy(update={"max_epochs": 3}), members=5,
+        space = train_space(prep, fixed_config("jeirt").model_copy(update={"max_epochs": 3}), members=5,
                             progress=False)
         reg = Registry()
         reg.promote("bench", reg.register(space, "bench"), "champion")

@@ -21,7 +21,7 @@ from _common import dataset_path, parser, write_json
 from jeirt_ray import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.evaluation import JEIRT_RECIPES
+from jeirt_ray.selection import fixed_config
 from jeirt_ray.experiment import prepare
 from jeirt_ray.model.modules import JEIRT
 from jeirt_ray.model.train import fit, pair_logits
@@ -80,7 +80,7 @@ def main():
     prep = prepare(data, make_encoder(args.encoder), seed=args.split_seed, cache_root=paths.cache_dir())
     X = prep.Xt
     train, val = prep.pairs("train"), prep.pairs("val")
-    cfg = JEIRT_RECIPES["regularised"]  # the recipe mmlu_pro selects on validation
+    cfg = fixed_config("jeirt")  # the plain path's configuration
 
     ours = fit(X, data.n_models, train, val, cfg, progress=False)
     val_ours = float(F.binary_cross_entropy_with_logits(pair_logits(ours.module, X, val), val.y))

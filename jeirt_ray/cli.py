@@ -61,17 +61,56 @@ def _results_table(results: dict, title: str) -> Table:
     return table
 
 
+SearchOpt = typer.Option(True, "--search/--fixed",
+                         help="choose JE-IRT's (and MF's) configuration on validation with a Ray Tune search "
+                              "(default), or train the fixed configuration in this process (quick, no Ray)")
+TrialsOpt = typer.Option(None, "--trials", help="configurations per search (default: scaled with the data)")
+CriterionOpt = typer.Option("val_loss", "--criterion", help="rank trials by val_loss, val_accuracy or val_auc")
+
+
+def _search_settings(search: bool, trials: Optional[int], criterion: str, members: Optional[int]):
+    """SearchSettings for --search (None for --fixed), or a one-line error naming the bad value."""
+    from pydantic import ValidationError
+
+    from .selection import SearchSettings
+    if not search:
+        return None
+    try:
+        return SearchSettings(trials=trials, criterion=criterion,
+                              **({"members": members} if members else {}))
+    except ValidationError as e:
+        err = e.errors()[0]
+        console.print(f"[red]bad option --{err['loc'][0]}:[/red] {err['msg']}")
+        raise typer.Exit(2)
+
+
+def _search_kw(settings) -> dict:
+    """What evaluation.predictors needs to search on Ray: the cluster, storage, MLflow."""
+    if settings is None:
+        return {}
+    from .distributed import init_ray
+    from .registry import default_tracking_uri
+    init_ray()
+    console.print(f"searching configurations on Ray Tune ({settings.trials or 'default number of'} trials per "
+                  f"method, ranked by {settings.criterion}); trials logged to MLflow at {default_tracking_uri()}")
+    return {"search": settings, "search_storage": paths.home() / "search", "tracking_uri": default_tracking_uri()}
+
+
 @app.command()
-def evaluate(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
+def evaluate(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt,
+             seed: int = typer.Option(0, help="the split seed (by question, 80/10/10)"),
              methods: str = typer.Option(",".join(("jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl")),
                                          help="comma-separated subset"),
-             members: int = typer.Option(None, help="JE-IRT ensemble size (seeds); default: the tuned one"),
+             search: bool = SearchOpt, trials: Optional[int] = TrialsOpt, criterion: str = CriterionOpt,
+             members: int = typer.Option(None, help="ensemble size: the best trials of a search (default 5), or "
+                                                    "seeds of the fixed configuration (default 5)"),
              out: Optional[Path] = typer.Option(None, help="write the results as JSON here")):
     """Train every method on one split by question (80/10/10) and compare them on the test set."""
     from .evaluation import JEIRT_MEMBERS, evaluate as run
+    settings = _search_settings(search, trials, criterion, members)
     prep = _prepare(data, encoder, seed)
-    results = run(prep, [m.strip() for m in methods.split(",") if m.strip()],
-                  jeirt_members=members or JEIRT_MEMBERS)
+    results = run(prep, [m.strip() for m in methods.split(",") if m.strip()], members=members or JEIRT_MEMBERS,
+                  train_seed=seed, **_search_kw(settings))
     title = f"{'SYNTHETIC ' if prep.data.synthetic else ''}{prep.data.name}, split by question, seed {seed}"
     console.print(_results_table(results, title))
     if out:
@@ -84,11 +123,12 @@ def evaluate(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: in
 
 @app.command()
 def demo(out: Path = typer.Option(None, help="output folder (default: $JEIRT_HOME/demo)"),
-         encoder: str = EncoderOpt, workers: int = typer.Option(2, help="Ray Train workers"),
+         encoder: str = EncoderOpt, trials: Optional[int] = TrialsOpt,
          name: str = typer.Option("demo", help="the registered model name")):
     """The main job on the embedded SYNTHETIC dataset, on Ray: encode the questions (Ray Data),
-    train JE-IRT (Ray Train, 2 workers), register the space in MLflow and promote it to @champion,
-    then compare it with the baselines. A few minutes on a laptop."""
+    search JE-IRT's and MF's configurations (Ray Tune, the same budget), register the space in
+    MLflow and promote it to @champion, then compare every method with the generator's truth. A
+    few minutes on a laptop."""
     from .data.synthetic import generate
     from .distributed import init_ray
     from .distributed.encode import encode_with_ray
@@ -104,15 +144,16 @@ def demo(out: Path = typer.Option(None, help="output folder (default: $JEIRT_HOM
     console.print("[bold]1/4[/bold] encoding the questions on Ray Data")
     encode_with_ray(encoder, data.texts, paths.cache_dir(), replicas=1)
     prep = prepare(data, make_encoder(encoder), seed=0, cache_root=paths.cache_dir())  # all cached now
-    console.print(f"[bold]2/4[/bold] training JE-IRT on Ray Train ({workers} workers) and the baselines")
-    fitter = _ray_fitter(data.name, workers, False, name)
+    console.print("[bold]2/4[/bold] searching JE-IRT's and MF's configurations on Ray Tune, training the baselines")
     spaces: dict = {}
-    results = run(prep, spaces=spaces, jeirt_fit=fitter)
+    results = run(prep, spaces=spaces, **_search_kw(_search_settings(True, trials, "val_loss", None)))
     space = spaces["jeirt"]
-    space.metadata["mlflow_run_id"] = fitter.mlflow["run_id"]
+    space.metadata["mlflow_run_id"] = space.metadata["search"]["mlflow_run_id"]
     console.print(_results_table(results, "SYNTHETIC data, split by question (80/10/10), seed 0"))
-    console.print(f"JE-IRT recipe chosen on validation loss: {results['jeirt']['recipe']!r} "
-                  f"({space.metadata['recipe_val_loss']})")
+    gap = results["truth"]["test_accuracy"] - results["majority"]["test_accuracy"]
+    closed = (results["jeirt"]["test_accuracy"] - results["majority"]["test_accuracy"]) / gap if gap > 0 else float("nan")
+    console.print(f"`truth` is the generator's own probabilities: no method can beat it. JE-IRT closes {closed:.0%} "
+                  f"of the distance from the per-LLM majority to it.")
     _tune_routing(space, prep)
     console.print("[bold]3/4[/bold] registering the space in MLflow")
     _register(space, name, "champion")
@@ -133,23 +174,38 @@ WorkersOpt = typer.Option(None, "--workers", help="train on Ray Train with this 
 
 
 @app.command()
-def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
-          members: int = typer.Option(None, help="ensemble size (seeds)"),
+def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt,
+          seed: int = typer.Option(0, help="the split seed (by question, 80/10/10)"),
+          search: bool = SearchOpt, trials: Optional[int] = TrialsOpt, criterion: str = CriterionOpt,
+          members: int = typer.Option(None, help="ensemble size (best trials of the search, or seeds)"),
           workers: Optional[int] = WorkersOpt,
           gpus: bool = typer.Option(False, "--gpus", help="one GPU per Ray Train worker (nccl)"),
           out: Optional[Path] = typer.Option(None, help="folder to save the space in "
                                                         "(default: $JEIRT_HOME/spaces/<data name>)"),
           register: Optional[str] = typer.Option(None, help="also register the space under this name in MLflow"),
           promote: Optional[str] = typer.Option(None, help="with --register: point this alias at the new version")):
-    """Train a JE-IRT space and save it as safetensors + JSON (single process, or Ray Train)."""
+    """Train a JE-IRT space and save it as safetensors + JSON: the ensemble of the best trials of a
+    configuration search on Ray Tune (default), or the fixed configuration (--fixed) in this
+    process or, with --workers N, on Ray Train."""
     from .evaluation import JEIRT_MEMBERS
+    if workers is not None and search:
+        console.print("--workers trains the fixed configuration on Ray Train: searching is off (--fixed)")
+        search = False
+    settings = _search_settings(search, trials, criterion, members)
     prep = _prepare(data, encoder, seed)
-    space = _train_space(prep, members or JEIRT_MEMBERS, workers, gpus, register)
+    if settings is not None:
+        from .evaluation import searched_space
+        kw = _search_kw(settings)
+        space = searched_space(prep, settings.model_copy(update={"seed": seed}), storage=kw["search_storage"],
+                               tracking_uri=kw["tracking_uri"])
+        space.metadata["mlflow_run_id"] = space.metadata["search"]["mlflow_run_id"] if register else None
+    else:
+        space = _train_space(prep, members or JEIRT_MEMBERS, workers, gpus, register)
     _tune_routing(space, prep)
     out = out or paths.home() / "spaces" / prep.data.name
     space.save(out)
     prep.split.save(out / "split.json", prep.data)
-    console.print(f"saved the space ({len(space.members)} members of the {space.metadata['recipe']!r} recipe, "
+    console.print(f"saved the space ({len(space.members)} members, {space.metadata['recipe']} configuration, "
                   f"{len(space.model_names)} LLMs) to {out}")
     if register:
         _register(space, register, promote)
@@ -168,9 +224,9 @@ def _train_space(prep, members: int, workers: Optional[int], gpus: bool, registe
     """train_space in this process, or with every member a Ray Train run logging to MLflow."""
     from .evaluation import train_space
     if workers is None:
-        return train_space(prep, None, members)
+        return train_space(prep, members=members)
     fitter = _ray_fitter(prep.data.name, workers, gpus, register)
-    space = train_space(prep, None, members, fit_fn=fitter)
+    space = train_space(prep, members=members, fit_fn=fitter)
     space.metadata["mlflow_run_id"] = fitter.mlflow and fitter.mlflow["run_id"]
     return space
 
@@ -258,7 +314,7 @@ def _report(data, encoder, seed, out, members, costs, studies):
         except (OSError, ValueError) as e:
             console.print(f"[red]bad cost table:[/red] {e}")
             raise typer.Exit(2)
-    space = train_space(prep, None, members or JEIRT_MEMBERS)
+    space = train_space(prep, members=members or JEIRT_MEMBERS)
     results = run_report(prep, space, out, seed=seed, studies=studies, costs=cost_array)
     if os.environ.get("MLFLOW_TRACKING_URI"):
         from mlflow import MlflowClient

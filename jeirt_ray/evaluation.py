@@ -3,58 +3,76 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
+from . import paths
 from .experiment import Prepared, pair_probs
 from .model.baselines import KNN, Majority
 from .model.metrics import binary_metrics
 from .model.space import Space
 from .model.train import FitResult, TrainConfig, fit
+from .selection import SearchSettings, fixed_config, rank_trials
 
 METHODS = ("jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl")
-# JE-IRT recipes (README, "How the defaults were chosen"). Which one a dataset gets is decided
-# by the validation loss of each recipe's first seed: heavy regularisation wins on large real
-# data (mmlu_pro), a small light model on small data (the synthetic demo).
-JEIRT_RECIPES = {
-    "regularised": TrainConfig(kind="jeirt", dim=64, hidden=384, dropout=0.1, input_dropout=0.8, lr=1e-3,
-                               weight_decay=0.05),
-    "light": TrainConfig(kind="jeirt", dim=16, dropout=0.1, input_dropout=0.0, lr=3e-3, weight_decay=1e-4),
-}
+# The plain path (no search): this many seeds of selection.fixed_config, for JE-IRT and MF alike.
 JEIRT_MEMBERS = 5
-# Matrix factorisation gets its dimension chosen on validation from this grid.
-MF_DIMS = (64, 128, 256)
+
+
+def _space(prep: Prepared, members: list, configs: list[TrainConfig], metadata: dict) -> Space:
+    return Space(members, configs[0], prep.encoder_id, prep.X.shape[1], prep.data.models.tolist(),
+                 prep.data.question_ids.tolist(),
+                 metadata={"data": prep.data.name, "data_fingerprint": prep.data.fingerprint(),
+                           "split": {"kind": prep.split.kind, "seed": prep.split.seed}, **metadata},
+                 question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist(),
+                 member_configs=configs if any(c != configs[0] for c in configs) else [])
 
 
 def train_space(prep: Prepared, config: TrainConfig | None = None, members: int = JEIRT_MEMBERS, seed: int = 0,
                 progress: bool = True, fit_fn: Callable[..., FitResult] = fit) -> Space:
-    """Train `members` seeds (seed, seed + 1, ...) of one recipe into one Space (an ensemble).
-    Without `config`, the recipe is chosen from JEIRT_RECIPES by the validation loss of its
-    first seed, which is kept as member 0. `fit_fn` trains one member: the core `fit`, or a
-    distributed drop-in (distributed.train.RayFitter)."""
+    """The plain path: `members` seeds (seed, seed + 1, ...) of one configuration (default: the
+    fixed JE-IRT configuration, selection.fixed_config) as one Space (an ensemble). `fit_fn`
+    trains one member: the core `fit`, or a distributed drop-in (distributed.train.RayFitter)."""
+    config = config or fixed_config("jeirt")
     train, val = prep.pairs("train"), prep.pairs("val")
-
-    def run(cfg: TrainConfig, i: int):
-        return fit_fn(prep.X, prep.data.n_models, train, val, cfg.model_copy(update={"seed": seed + i}),
-                      progress=progress)
-
-    if config is None:
-        trials = {name: run(recipe, 0) for name, recipe in JEIRT_RECIPES.items()}
-        recipe = min(trials, key=lambda name: trials[name].best_val_loss)
-        config, results = JEIRT_RECIPES[recipe], [trials[recipe]]
-        chosen = {"recipe": recipe, "recipe_val_loss": {k: r.best_val_loss for k, r in trials.items()}}
-    else:
-        results, chosen = [], {"recipe": "given"}
-    results += [run(config, i) for i in range(len(results), members)]
+    results = [fit_fn(prep.X, prep.data.n_models, train, val, config.model_copy(update={"seed": seed + i}),
+                      progress=progress) for i in range(members)]
     history = [{"seed": seed + i, "best_val_loss": r.best_val_loss, "best_epoch": r.best_epoch, "seconds": r.seconds,
                 **r.notes} for i, r in enumerate(results)]
-    return Space([r.module for r in results], config.model_copy(update={"seed": seed}), prep.encoder_id,
-                 prep.X.shape[1], prep.data.models.tolist(), prep.data.question_ids.tolist(),
-                 metadata={"data": prep.data.name, "data_fingerprint": prep.data.fingerprint(),
-                           "split": {"kind": prep.split.kind, "seed": prep.split.seed}, "members": history,
-                           **chosen},
-                 question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist())
+    return _space(prep, [r.module for r in results], [config.model_copy(update={"seed": seed})],
+                  {"recipe": "fixed", "members": history})
+
+
+def searched_space(prep: Prepared, settings: SearchSettings, *, storage: str | Path, tracking_uri: str | None = None,
+                 progress: bool = True) -> Space:
+    """JE-IRT's configuration searched on validation on Ray Tune (distributed.select); the best
+    trials are the Space's members."""
+    from .distributed.select import run_search
+    res = run_search(prep, "jeirt", settings, storage=storage, tracking_uri=tracking_uri, progress=progress)
+    return _space(prep, res["members"], res["configs"], {"recipe": "searched", **_search_summary(res)})
+
+
+def _search_summary(res: dict) -> dict:
+    """What a searched space or method records of its search (members best first)."""
+    ranked = rank_trials(res["trials"], res["settings"]["criterion"])
+    return {"search": {"settings": res["settings"], "seconds": res["seconds"], "mlflow_run_id": res["mlflow_run_id"],
+                       "completed": len(ranked)},
+            "members": [{"best_val_loss": t["best"]["val_loss"], **t["best"], "epochs": t["epochs"],
+                         "config": c.model_dump()} for c, t in zip(res["configs"], ranked)]}
+
+
+class _Ensemble:
+    """Mean probability of several trained modules (MF's searched or seeded members)."""
+
+    def __init__(self, modules: list[torch.nn.Module], X: torch.Tensor):
+        self.modules, self.X = modules, X
+
+    @torch.no_grad()
+    def __call__(self, rows):
+        return np.mean([torch.sigmoid(m.eval().score_all(self.X[rows])).numpy() for m in self.modules], axis=0)
 
 
 def _space_predictor(space: Space, X):
@@ -70,35 +88,52 @@ def _module_predictor(module: torch.nn.Module, X: torch.Tensor):
     return predict
 
 
-def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig | None = None,
-               jeirt_members: int = JEIRT_MEMBERS, train_seed: int = 0, progress: bool = True,
-               jeirt_fit: Callable[..., FitResult] = fit):
+def predictors(prep: Prepared, methods=METHODS, *, search: SearchSettings | None = None,
+               search_storage: str | Path | None = None, tracking_uri: str | None = None,
+               jeirt_config: TrainConfig | None = None, members: int = JEIRT_MEMBERS, train_seed: int = 0,
+               progress: bool = True, jeirt_fit: Callable[..., FitResult] = fit):
     """Yield (name, predict_all(question_rows) -> (n, n_models) probabilities, train seconds, info).
-    `train_seed` seeds every trained method (JE-IRT members take seeds 100*train_seed + i).
-    Without `jeirt_config`, JE-IRT's recipe is chosen on validation (see train_space);
-    `jeirt_fit` trains its members (the core `fit`, or Ray Train's drop-in)."""
+
+    With `search`, JE-IRT and matrix factorisation each get a configuration search of the same
+    budget on Ray Tune (validation only) and are the ensemble of their best trials. Without it
+    (the plain path), each is `members` seeds of a fixed configuration (`jeirt_config` or
+    selection.fixed_config). `train_seed` seeds every trained method: plain members take seeds
+    100*train_seed + i, a search's sampler takes train_seed. `jeirt_fit` trains plain JE-IRT
+    members (the core `fit`, or Ray Train's drop-in)."""
     train = prep.pairs("train")
     q, m, y = train.q.numpy(), train.m.numpy(), train.y.numpy()
     n_models = prep.data.n_models
+    if search is not None:
+        search = search.model_copy(update={"seed": train_seed})
+        search_storage = search_storage or paths.home() / "search"
     for name in methods:
         start = time.perf_counter()
         info: dict = {}
         if name == "jeirt":
-            space = train_space(prep, jeirt_config, jeirt_members, seed=100 * train_seed, progress=progress,
-                                fit_fn=jeirt_fit)
+            if search is not None:
+                space = searched_space(prep, search, storage=search_storage, tracking_uri=tracking_uri,
+                                     progress=progress)
+            else:
+                space = train_space(prep, jeirt_config, members, seed=100 * train_seed, progress=progress,
+                                    fit_fn=jeirt_fit)
             predict = _space_predictor(space, prep.X)
-            info = {"members": jeirt_members, "recipe": space.metadata["recipe"], "config": space.config.model_dump(),
-                    "space": space}
+            info = {"members": len(space.members), "recipe": space.metadata["recipe"],
+                    "config": space.config.model_dump(), "space": space}
+            if "search" in space.metadata:
+                info["search"] = space.metadata["search"]
         elif name == "mf":
-            best = None
-            for dim in MF_DIMS:
-                cfg = TrainConfig(kind="mf", dim=dim, seed=train_seed)
-                r = fit(prep.X, n_models, train, prep.pairs("val"), cfg, progress=progress)
-                if best is None or r.best_val_loss < best[0]:
-                    best = (r.best_val_loss, dim, r.module)
-            mod = best[2]
-            predict = _module_predictor(mod, prep.Xt)
-            info = {"dim": best[1], "chosen_from": list(MF_DIMS)}
+            if search is not None:
+                from .distributed.select import run_search
+                res = run_search(prep, "mf", search, storage=search_storage, tracking_uri=tracking_uri,
+                                 progress=progress)
+                modules, info = res["members"], {"recipe": "searched", **_search_summary(res)}
+            else:
+                cfg = fixed_config("mf")
+                modules = [fit(prep.X, n_models, train, prep.pairs("val"), cfg.model_copy(
+                    update={"seed": 100 * train_seed + i}), progress=progress).module for i in range(members)]
+                info = {"recipe": "fixed", "config": cfg.model_dump()}
+            predict = _Ensemble(modules, prep.Xt)
+            info["members"] = len(modules)
         elif name in ("irt1pl", "irt2pl"):
             r = fit(prep.X, n_models, train, prep.pairs("val"), TrainConfig(kind=name, seed=train_seed),
                   progress=progress)
@@ -117,8 +152,9 @@ def predictors(prep: Prepared, methods=METHODS, *, jeirt_config: TrainConfig | N
 
 
 def evaluate(prep: Prepared, methods=METHODS, spaces: dict | None = None, **kw) -> dict[str, dict]:
-    """{method: {test_accuracy, auc, log_loss, train_seconds, ...}} on prep's test pairs.
-    Pass a dict as `spaces` to get the trained JE-IRT Space back in it."""
+    """{method: {test_accuracy, auc, log_loss, train_seconds, ...}} on prep's test pairs, and on
+    SYNTHETIC data `truth`: the generator's true probabilities (the ceiling). Pass a dict as
+    `spaces` to get the trained JE-IRT Space back in it."""
     test = prep.pairs("test")
     rows = prep.rows("test")
     results = {}
@@ -128,4 +164,8 @@ def evaluate(prep: Prepared, methods=METHODS, spaces: dict | None = None, **kw) 
             spaces[name] = info["space"]
         results[name] = {**binary_metrics(pair_probs(probs, rows, test), test.y.numpy()),
                          "train_seconds": seconds, **{k: v for k, v in info.items() if k != "space"}}
+    if "p_true" in prep.data.extra:
+        # SYNTHETIC data knows each pair's true probability: the best any method can do there
+        results["truth"] = {**binary_metrics(pair_probs(prep.data.extra["p_true"][rows], rows, test),
+                                             test.y.numpy()), "train_seconds": 0.0}
     return results

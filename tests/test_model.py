@@ -132,13 +132,15 @@ def test_sharded_batches_are_disjoint_and_equal_in_number(prep):
 
 
 def test_evaluate_all_methods(prep):
-    res = evaluate(prep, jeirt_config=FAST, jeirt_members=1, progress=False)
-    assert set(res) == {"jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl"}
+    res = evaluate(prep, jeirt_config=FAST, members=1, progress=False)
+    assert set(res) == {"jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl", "truth"}
     for r in res.values():
         assert {"test_accuracy", "auc", "log_loss", "train_seconds"} <= set(r)
-    # the data is drawn from a JE-IRT geometry: JE-IRT must beat the question-blind majority
+    # the data is drawn from a JE-IRT geometry: JE-IRT must beat the question-blind majority,
+    # and nothing beats the generator's own probabilities in log-loss
     assert res["jeirt"]["test_accuracy"] > res["majority"]["test_accuracy"] + 0.03
     assert res["jeirt"]["log_loss"] < res["majority"]["log_loss"]
+    assert res["truth"]["log_loss"] < min(r["log_loss"] for m, r in res.items() if m != "truth")
 
 
 @pytest.mark.real_data
@@ -151,6 +153,6 @@ def test_real_theoremqa_jeirt_beats_majority():
     data = load_data(shared_dataset("theoremqa"))
     prep = prepare(data, HashingEncoder(384), seed=0, progress=False)
     cfg = TrainConfig(kind="jeirt", dim=64, input_dropout=0.5, lr=1e-3)
-    res = evaluate(prep, ("jeirt", "majority"), jeirt_config=cfg, jeirt_members=2, progress=False)
+    res = evaluate(prep, ("jeirt", "majority"), jeirt_config=cfg, members=2, progress=False)
     assert res["jeirt"]["log_loss"] < res["majority"]["log_loss"]
     assert res["jeirt"]["auc"] > res["majority"]["auc"] + 0.01

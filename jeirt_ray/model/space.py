@@ -39,6 +39,9 @@ class Space:
     # the arrays of the routing policy chosen on validation (routing.policies.tune_routing;
     # the policy itself is in metadata["routing_policy"])
     routing: dict[str, np.ndarray] = field(default_factory=dict)
+    # one configuration per member when the members differ (an ensemble of searched trials);
+    # empty: every member has `config`
+    member_configs: list[TrainConfig] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -99,6 +102,7 @@ class Space:
         (d / "space.json").write_text(json.dumps({
             "format": "jeirt-space/1", "config": self.config.model_dump(), "encoder_id": self.encoder_id,
             "in_dim": self.in_dim, "n_members": len(self.members), "model_names": self.model_names,
+            "member_configs": [c.model_dump() for c in self.member_configs],
             "question_ids": self.question_ids, "question_benchmarks": self.question_benchmarks,
             "metadata": self.metadata}, indent=1))
         return d
@@ -111,12 +115,13 @@ class Space:
             raise FileNotFoundError(f"{meta_path} not found: not a saved JE-IRT space")
         meta = json.loads(meta_path.read_text())
         config = TrainConfig(**meta["config"])
+        member_configs = [TrainConfig(**c) for c in meta.get("member_configs", [])]
         tensors = load_file(str(d / "weights.safetensors"))
         members = []
         n_models = len(meta["model_names"])
         for i in range(meta["n_members"]):
-            mod = build_module(config.kind, meta["in_dim"], n_models,
-                               **config.model_dump(exclude={"kind"}))
+            cfg = member_configs[i] if member_configs else config
+            mod = build_module(cfg.kind, meta["in_dim"], n_models, **cfg.model_dump(exclude={"kind"}))
             prefix = f"member{i}."
             mod.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
             members.append(mod.eval())
@@ -125,4 +130,5 @@ class Space:
         routing = d / "routing.safetensors"
         return cls(members, config, meta["encoder_id"], meta["in_dim"], meta["model_names"],
                    meta.get("question_ids", []), meta.get("metadata", {}), embeddings,
-                   meta.get("question_benchmarks", []), load_numpy(str(routing)) if routing.exists() else {})
+                   meta.get("question_benchmarks", []), load_numpy(str(routing)) if routing.exists() else {},
+                   member_configs)

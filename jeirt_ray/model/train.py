@@ -8,10 +8,11 @@ over pairs, no dense matrix). Early stopping on validation loss keeps the best w
 from __future__ import annotations
 
 import copy
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 import torch
@@ -31,6 +32,8 @@ class TrainConfig(BaseModel):
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(1e-4, ge=0)
     question_batch: int = Field(256, ge=1, description="distinct questions per step")
+    schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="learning rate: constant, or cosine decay to 0 over max_epochs")
     max_epochs: int = Field(200, ge=1)
     patience: int = Field(10, ge=1, description="epochs without a better validation loss before stopping")
     seed: int = 0
@@ -175,7 +178,8 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
     share of every batch (see QuestionBatcher); every worker computes the same validation loss,
     so all of them stop at the same epoch. `on_epoch(row, snapshot)` receives each epoch's
     metrics, a function returning the TrainState (to checkpoint) and whether this is the last
-    epoch; `resume` continues from a TrainState.
+    epoch; `resume` continues from a TrainState. Every epoch's row has the validation loss and
+    accuracy.
     """
     torch.manual_seed(config.seed)
     device = torch.device(device)
@@ -208,6 +212,9 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
     for epoch in bar:
         if epoch - best[1] > config.patience:
             break  # a resumed run that had already run out of patience
+        if config.schedule == "cosine":  # per epoch, so a resumed run needs no scheduler state
+            for group in opt.param_groups:
+                group["lr"] = 0.5 * config.lr * (1 + math.cos(math.pi * epoch / config.max_epochs))
         net.train()
         total, n = 0.0, 0
         for qb, local, m, y in batcher.batches(config.question_batch, gen, rank, world):
@@ -218,11 +225,13 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
             opt.step()
             total += float(loss.detach()) * len(y)
             n += len(y)
-        val_loss = float(F.binary_cross_entropy_with_logits(pair_logits(module, X, val), val_y))
+        val_logits = pair_logits(module, X, val)
+        val_loss = float(F.binary_cross_entropy_with_logits(val_logits, val_y))
         if not np.isfinite(val_loss):
             raise FloatingPointError(f"training {config.kind} diverged at epoch {epoch} (validation loss "
                                      f"{val_loss}); lower the learning rate (now {config.lr})")
         row = {"epoch": epoch, "train_loss": total / max(n, 1), "val_loss": val_loss,
+               "val_accuracy": float(((val_logits >= 0) == (val_y >= 0.5)).float().mean()),
                "seconds": offset + time.perf_counter() - start}
         history.append(row)
         if val_loss < best[0] - 1e-5:
