@@ -385,12 +385,17 @@ def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. depl
     import threading
 
     from .distributed import init_ray
-    from .serving.deploy import deploy, load_config
+    from .serving.deploy import check_registry, deploy, load_config
     try:
         cfg = load_config(config, model, port)
     except ValueError as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(2)
+    try:
+        check_registry(cfg)  # also creates the MLflow store here, once, before any replica starts
+    except LookupError as e:
+        console.print(f"[red]cannot serve:[/red] {e}")
+        raise typer.Exit(1)
     init_ray()
     try:
         url = deploy(cfg)
@@ -526,10 +531,15 @@ def registry_list(name: str = typer.Argument(..., help="registered model name"))
     """Versions of a registered space, with aliases and metrics."""
     from .registry import Registry
     reg = Registry()
+    try:
+        rows = reg.versions(name)
+    except LookupError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(1)
     table = Table(title=f"{name} in {reg.tracking_uri}")
     for col in ("version", "aliases", "metrics", "data"):
         table.add_column(col)
-    for row in reg.versions(name):
+    for row in rows:
         metrics = ", ".join(f"{k[7:]}={v}" for k, v in row["tags"].items() if k.startswith("metric."))
         table.add_row(str(row["version"]), ", ".join(row["aliases"]), metrics, row["tags"].get("data_fingerprint", ""))
     console.print(table)
@@ -539,7 +549,11 @@ def registry_list(name: str = typer.Argument(..., help="registered model name"))
 def registry_promote(name: str, version: int, alias: str = typer.Option("champion")):
     """Point an alias (default @champion) at a version."""
     from .registry import Registry
-    Registry().promote(name, version, alias)
+    try:
+        Registry().promote(name, version, alias)
+    except LookupError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(1)
     console.print(f"models:/{name}@{alias} -> version {version}")
 
 

@@ -86,13 +86,38 @@ class Registry:
         return int(version.version)
 
     def promote(self, name: str, version: int, alias: str = "champion") -> None:
-        self.client.get_model_version(name, str(version))  # fails loudly on an unknown version
+        self.resolve(f"models:/{name}/{version}")  # a LookupError naming the fix on an unknown version
         self.client.set_registered_model_alias(name, alias, str(version))
+
+    def _model(self, name: str):
+        from mlflow.exceptions import MlflowException
+        try:
+            return self.client.get_registered_model(name)
+        except MlflowException:
+            raise LookupError(f"no registered space named {name!r} in {self.tracking_uri}: register one with "
+                              f"`jeirt train --data DIR --register {name}` (or run `make demo` for 'demo')") from None
+
+    def resolve(self, uri: str):
+        """The model version that `models:/<name>@<alias>` or `models:/<name>/<n>` points at; a
+        LookupError that names the fix when there is none."""
+        from mlflow.exceptions import MlflowException
+        m = _URI.match(uri)
+        if not m:
+            raise ValueError(f"{uri!r} is not a registry URI (expected models:/<name>@<alias> or models:/<name>/<n>)")
+        self._model(m["name"])
+        try:
+            if m["alias"]:
+                return self.client.get_model_version_by_alias(m["name"], m["alias"])
+            return self.client.get_model_version(m["name"], m["version"])
+        except MlflowException:
+            fix = (f"`jeirt registry promote {m['name']} VERSION --alias {m['alias']}`" if m["alias"]
+                   else f"`jeirt registry list {m['name']}` shows the versions")
+            raise LookupError(f"{uri} does not resolve in {self.tracking_uri}: {fix}") from None
 
     def versions(self, name: str) -> list[dict]:
         """Every version of `name`, newest first, with its aliases and metric tags."""
         aliases: dict[str, list[str]] = {}
-        for alias, version in self.client.get_registered_model(name).aliases.items():
+        for alias, version in self._model(name).aliases.items():
             aliases.setdefault(str(version), []).append(alias)
         rows = [{"version": int(v.version), "aliases": sorted(aliases.get(str(v.version), [])), "tags": dict(v.tags),
                  "source": v.source} for v in self.client.search_model_versions(f"name='{name}'")]
@@ -100,14 +125,8 @@ class Registry:
 
     def load(self, uri: str) -> Space:
         """`models:/<name>@<alias>` or `models:/<name>/<version>` -> the saved Space."""
-        m = _URI.match(uri)
-        if not m:
-            raise ValueError(f"{uri!r} is not a registry URI (expected models:/<name>@<alias> or models:/<name>/<n>)")
+        version = self.resolve(uri)
         try:
-            if m["alias"]:
-                version = self.client.get_model_version_by_alias(m["name"], m["alias"])
-            else:
-                version = self.client.get_model_version(m["name"], m["version"])
             local = self.mlflow.artifacts.download_artifacts(artifact_uri=version.source)
         except Exception as e:
             raise LookupError(f"cannot load {uri} from the registry at {self.tracking_uri}: {e}") from e

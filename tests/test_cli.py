@@ -108,3 +108,19 @@ def test_analyze_one_study_and_bad_inputs(tmp_path, monkeypatch):
     res = json.loads((tmp_path / "a" / "results.json").read_text())
     assert "norm_difficulty" in res and "routing" not in res
     assert "Norm is difficulty" in (tmp_path / "a" / "report.md").read_text()
+
+
+def test_first_contact_without_a_registered_space(tmp_path, monkeypatch):
+    """A fresh clone that has not run `make demo`: one line naming the fix, no traceback."""
+    from pathlib import Path
+    monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    r = runner.invoke(app, ["registry", "list", "demo"])
+    assert r.exit_code == 1 and "no registered space named 'demo'" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["registry", "promote", "demo", "1"])
+    assert r.exit_code == 1 and "make demo" in " ".join(r.output.split())
+    config = Path(__file__).resolve().parents[1] / "deployments" / "local.yaml"
+    r = runner.invoke(app, ["serve", str(config)])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 1 and "cannot serve: no registered space named 'demo'" in out and "make demo" in out
+    assert r.exception is None or isinstance(r.exception, SystemExit)

@@ -48,5 +48,9 @@ def test_register_promote_load_roundtrip(registry, spaces):
 def test_bad_uris_fail_loudly(registry):
     with pytest.raises(ValueError, match="not a registry URI"):
         registry.load("runs:/abc")
-    with pytest.raises(LookupError, match="models:/nope@champion"):
+    with pytest.raises(LookupError, match="no registered space named 'nope' .*jeirt train --data DIR --register nope"):
         registry.load("models:/nope@champion")
+    with pytest.raises(LookupError, match="models:/demo-space@staging does not resolve .*registry promote demo-space"):
+        registry.load("models:/demo-space@staging")
+    with pytest.raises(LookupError, match="models:/demo-space/99 does not resolve"):
+        registry.promote("demo-space", 99)

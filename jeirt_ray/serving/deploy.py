@@ -24,6 +24,20 @@ def load_config(path: str | Path, model: str | None = None, port: int | None = N
         raise ValueError(f"{path}: not a valid Serve config: {e}") from e
 
 
+def check_registry(config) -> None:
+    """Every application's space (`models:/<args.model>@<Router alias>`) must resolve before
+    anything deploys; a LookupError names the fix. Opening the registry here also creates a
+    local MLflow store once, so replicas never race to create its tables."""
+    from ..registry import Registry
+    for app in config.applications:
+        args = app.args or {}
+        if "model" not in args:
+            continue
+        router = next((d for d in app.deployments if d.name == "Router"), None)
+        alias = ((router.user_config or {}) if router else {}).get("alias", "champion")
+        Registry(args.get("tracking_uri")).resolve(f"models:/{args['model']}@{alias}")
+
+
 def deploy(config, timeout_s: float = 300) -> str:
     """Deploy every application of `config` on the current Ray cluster; wait until they run.
     Returns the base URL. Raises with Serve's message when an application fails to deploy."""
