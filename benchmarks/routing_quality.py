@@ -2,8 +2,9 @@
 
     python benchmarks/routing_quality.py [--data DIR] --out results/routing.json [--costs costs.json]
 
-Split by question (80/10/10, --split-seed). JE-IRT (the default recipe), matrix factorisation
-and KNN are trained on the training questions; every policy's settings are chosen on the
+Split by question (80/10/10, --split-seed). JE-IRT and matrix factorisation (each searched on
+validation and ensembled as `jeirt train` does; --fixed: the fixed configuration) and KNN are
+trained on the training questions; every policy's settings are chosen on the
 validation questions; figures are on the test questions, with 95% bootstrap intervals over
 questions. Best-on-average and per-benchmark best are chosen on training labels; only
 per-benchmark best reads a query's benchmark label. Candidates per question: the LLMs with a
@@ -20,6 +21,7 @@ import numpy as np
 from _common import dataset_path, parser, write_json
 from jeirt_ray import paths
 from jeirt_ray.data import load_data
+from jeirt_ray.distributed import init_ray
 from jeirt_ray.encoders import make_encoder
 from jeirt_ray.evaluation import predictors
 from jeirt_ray.experiment import prepare
@@ -27,11 +29,13 @@ from jeirt_ray.routing.costs import cost_curve
 from jeirt_ray.routing.evaluate import (available_argmax, baseline_routers, bootstrap_ci,
                                         routed_labels)
 from jeirt_ray.routing.policies import SignalBuilder, candidate_policies, policy_accuracy, tune_routing
+from jeirt_ray.selection import SearchSettings
 
 
 def main():
     ap = parser(__doc__)
-    ap.add_argument("--members", type=int, default=None, help="JE-IRT ensemble size (default: the recipe's)")
+    ap.add_argument("--members", type=int, default=None, help="ensemble size (default 5)")
+    ap.add_argument("--fixed", action="store_true", help="the fixed configuration instead of the search")
     ap.add_argument("--costs", help="JSON file {model: cost per call}")
     args = ap.parse_args()
 
@@ -47,6 +51,9 @@ def main():
         parts[name] = (rows, L[rows])
 
     kw = {"members": args.members} if args.members else {}
+    if not args.fixed:
+        init_ray(log_to_driver=False)
+        kw |= {"search": SearchSettings(**kw), "search_storage": paths.home() / "search"}
     probs, space = {}, None
     for name, predict, seconds, info in predictors(prep, ("jeirt", "mf", "knn"), progress=False, **kw):
         probs[name] = {part: predict(rows) for part, (rows, _) in parts.items()}

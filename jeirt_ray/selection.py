@@ -14,12 +14,37 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .distributed.tune import Domain
 from .model.train import TrainConfig
 
 CRITERIA = ("val_loss", "val_accuracy", "val_auc")
+_DOMAINS = ("grid", "choice", "uniform", "loguniform", "randint")
+
+
+class Domain(BaseModel):
+    """One searched field's values: a sweep YAML's `search` entries and `search_space`'s."""
+
+    model_config = ConfigDict(extra="forbid")
+    grid: list | None = None
+    choice: list | None = None
+    uniform: tuple[float, float] | None = None
+    loguniform: tuple[float, float] | None = None
+    randint: tuple[int, int] | None = None
+
+    @model_validator(mode="after")
+    def one_domain(self):
+        given = [k for k in _DOMAINS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(_DOMAINS)} (got {given or 'none'})")
+        return self
+
+    def to_tune(self):
+        from ray import tune
+        kind = next(k for k in _DOMAINS if getattr(self, k) is not None)
+        value = getattr(self, kind)
+        return {"grid": tune.grid_search, "choice": tune.choice}[kind](value) if kind in ("grid", "choice") \
+            else getattr(tune, kind)(*value)
 
 
 class SearchSettings(BaseModel):

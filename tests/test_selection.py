@@ -39,6 +39,12 @@ def test_trials_are_ranked_by_the_criterion_and_only_completed_ones_count():
     assert [t["id"] for t in ensemble_members(trials, SearchSettings(members=2))] == ["a", "b"]
 
 
+def test_trials_report_at_ashas_rungs_only():
+    from jeirt_ray.distributed.select import rungs
+    assert rungs(SearchSettings(grace_period=6, reduction_factor=3, max_epochs=60)) == [6, 18, 54]
+    assert rungs(SearchSettings(grace_period=5, reduction_factor=2, max_epochs=30)) == [5, 10, 20]
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray")
@@ -60,7 +66,7 @@ def test_search_finds_the_planted_region(ray_cluster, prep, tmp_path):
     dimension cannot hold them, so every trial with dim 1 must lose to the trials with dim 16,
     whatever the other (random) settings."""
     from jeirt_ray.distributed.select import run_search
-    from jeirt_ray.distributed.tune import Domain
+    from jeirt_ray.selection import Domain
     space = {"dim": Domain(choice=[1, 16]), "lr": Domain(loguniform=(2e-3, 5e-3)),
              "dropout": Domain(uniform=(0.0, 0.2))}
     settings = SearchSettings(trials=8, max_epochs=30, grace_period=5, members=3, seed=3)

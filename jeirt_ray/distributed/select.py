@@ -23,8 +23,7 @@ from safetensors.torch import load_file, save_file
 from ..model.modules import build_module
 from ..model.metrics import binary_metrics
 from ..model.train import Pairs, TrainConfig, fit, pair_logits
-from ..selection import SearchSettings, base_config, default_trials, ensemble_members, search_space
-from .tune import Domain
+from ..selection import Domain, SearchSettings, base_config, default_trials, ensemble_members, search_space
 
 
 def rungs(settings: SearchSettings) -> list[int]:

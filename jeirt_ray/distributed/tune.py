@@ -36,32 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..model.train import TrainConfig
-
-_DOMAINS = ("grid", "choice", "uniform", "loguniform", "randint")
-
-
-class Domain(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    grid: list | None = None
-    choice: list | None = None
-    uniform: tuple[float, float] | None = None
-    loguniform: tuple[float, float] | None = None
-    randint: tuple[int, int] | None = None
-
-    @model_validator(mode="after")
-    def one_domain(self):
-        given = [k for k in _DOMAINS if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of {', '.join(_DOMAINS)} (got {given or 'none'})")
-        return self
-
-    def to_tune(self):
-        from ray import tune
-        kind = next(k for k in _DOMAINS if getattr(self, k) is not None)
-        value = getattr(self, kind)
-        return {"grid": tune.grid_search, "choice": tune.choice}[kind](value) if kind in ("grid", "choice") \
-            else getattr(tune, kind)(*value)
-
+from ..selection import Domain
 
 class Scheduler(BaseModel):
     model_config = ConfigDict(extra="forbid")

