@@ -57,6 +57,7 @@ class SearchSettings(BaseModel):
     grace_period: int = Field(6, ge=1, description="epochs before ASHA may stop a trial")
     reduction_factor: float = Field(3, gt=1)
     concurrent: int | None = Field(None, ge=1, description="trials at once; default: one per CPU")
+    gpus_per_trial: float = Field(0.0, ge=0, description="GPU share of each trial (0: CPU; 0.25: four a GPU)")
     members: int = Field(5, ge=1, description="the best trials kept as the ensemble")
     criterion: Literal["val_loss", "val_accuracy", "val_auc"] = "val_loss"
     seed: int = 0

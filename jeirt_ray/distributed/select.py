@@ -43,7 +43,7 @@ def val_metrics(module: torch.nn.Module, X, val: Pairs) -> dict[str, float]:
 
 
 def _trial(params: dict, *, X, n_models, train, val, base: dict, report_at: list[int],
-           threads: int, storage: str, mlflow_cfg: dict | None) -> None:
+           threads: int, storage: str, mlflow_cfg: dict | None, device: str = "cpu") -> None:
     from ray import tune
 
     torch.set_num_threads(threads)  # trials run side by side on their share of the CPUs
@@ -59,7 +59,9 @@ def _trial(params: dict, *, X, n_models, train, val, base: dict, report_at: list
         if row["epoch"] + 1 in report_at:
             tune.report({"epoch": row["epoch"] + 1, "val_loss": best_loss[0]})
 
-    result = fit(X, n_models, Pairs.from_numpy(*train), val_pairs, config, progress=False, on_epoch=on_epoch)
+    result = fit(X, n_models, Pairs.from_numpy(*train), val_pairs, config, progress=False, on_epoch=on_epoch,
+                 device=device)
+    result.module.cpu()
     best = val_metrics(result.module, X, val_pairs)  # the kept (best-loss) weights, every criterion
     out = Path(storage) / "trials" / trial_id
     out.mkdir(parents=True, exist_ok=True)
@@ -126,11 +128,11 @@ def run_search(prep, kind: str, settings: SearchSettings, *, storage: str | Path
         _trial, X=np.asarray(prep.X, dtype=np.float32), n_models=prep.data.n_models,
         train=(train.q.numpy(), train.m.numpy(), train.y.numpy()), val=(val.q.numpy(), val.m.numpy(), val.y.numpy()),
         base=base_config(kind, settings), report_at=rungs(settings), threads=max(1, int(cpus // concurrent)),
-        storage=str(storage), mlflow_cfg=mlflow_cfg)
+        device="cuda" if settings.gpus_per_trial else "cpu", storage=str(storage), mlflow_cfg=mlflow_cfg)
     scheduler = ASHAScheduler(time_attr="epoch", max_t=settings.max_epochs, grace_period=settings.grace_period,
                               reduction_factor=settings.reduction_factor)
     tuner = tune.Tuner(
-        tune.with_resources(trainable, {"cpu": cpus / concurrent}),
+        tune.with_resources(trainable, {"cpu": cpus / concurrent, "gpu": settings.gpus_per_trial}),
         param_space={k: d.to_tune() for k, d in space.items()},
         tune_config=tune.TuneConfig(metric="val_loss", mode="min", scheduler=scheduler, num_samples=trials,
                                     search_alg=BasicVariantGenerator(random_state=settings.seed),
@@ -148,6 +150,8 @@ def run_search(prep, kind: str, settings: SearchSettings, *, storage: str | Path
                 for r in grid if (r.metrics or {}).get("trial_id") not in finished]
     chosen = ensemble_members(records, settings)
     if not chosen:
+        if mlflow_cfg:
+            reg.client.set_terminated(mlflow_cfg["parent_run_id"], status="FAILED")
         raise RuntimeError(f"no {kind} trial completed in the search ({trials} trials); errors: {errors[:3]}")
     members = []
     for t in chosen:
