@@ -208,7 +208,9 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
         return lambda: TrainState(epoch, module.state_dict(), opt.state_dict(), best[2], best[0], best[1], best[3],
                                   gen.get_state(), torch.get_rng_state(), history)
 
-    bar = tqdm(range(first, config.max_epochs), desc=f"training {config.kind}", disable=not progress, leave=False)
+    # a bar in a terminal only: redrawn every epoch, it would fill a log file
+    bar = tqdm(range(first, config.max_epochs), desc=f"training {config.kind}", disable=None if progress else True,
+               leave=False)
     for epoch in bar:
         if epoch - best[1] > config.patience:
             break  # a resumed run that had already run out of patience
