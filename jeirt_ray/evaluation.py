@@ -46,8 +46,8 @@ def train_space(prep: Prepared, config: TrainConfig | None = None, members: int 
                   {"recipe": "fixed", "members": history})
 
 
-def searched_space(prep: Prepared, settings: SearchSettings, *, storage: str | Path, tracking_uri: str | None = None,
-                 progress: bool = True) -> Space:
+def searched_space(prep: Prepared, settings: SearchSettings, *, storage: str | Path,
+                   tracking_uri: str | None = None, progress: bool = True) -> Space:
     """JE-IRT's configuration searched on validation on Ray Tune (distributed.select); the best
     trials are the Space's members."""
     from .distributed.select import run_search

@@ -124,3 +124,10 @@ def test_first_contact_without_a_registered_space(tmp_path, monkeypatch):
     out = " ".join(r.output.split())
     assert r.exit_code == 1 and "cannot serve: no registered space named 'demo'" in out and "make demo" in out
     assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_bad_search_option_is_one_line():
+    r = runner.invoke(app, ["evaluate", "--criterion", "val_f1"])
+    assert r.exit_code == 2 and "bad option --criterion" in r.output and "val_loss" in r.output
+    r = runner.invoke(app, ["train", "--trials", "0"])
+    assert r.exit_code == 2 and "bad option --trials" in r.output
