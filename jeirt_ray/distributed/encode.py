@@ -8,6 +8,7 @@ written to the cache as it arrives, so an interrupted run keeps its work.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,10 @@ def encode_with_ray(spec: str, texts, cache_root: str | Path, *, replicas: int =
     """Embeddings of `texts` with encoder `spec`, encoding only what the cache lacks, on Ray Data."""
     import ray
 
+    # our own bar is the progress: Ray Data's bars and console lines are off (Ray Data still
+    # writes everything to the session's logs/ray-data folder; errors still raise here)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
     texts = [str(t) for t in texts]
     hashes = [text_hash(t) for t in texts]
     cache = EmbeddingCache(cache_root, make_encoder(spec).encoder_id)  # the id needs no weights loaded
