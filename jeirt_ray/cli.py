@@ -45,10 +45,15 @@ def _load(data: Optional[Path]):
 
 def _prepare(data: Optional[Path], encoder: str, seed: int):
     from .encoders import make_encoder
+    from .encoders.sentence import EncoderError
     from .experiment import prepare
     d = _load(data)
     console.print(d.describe())
-    return prepare(d, make_encoder(encoder), seed=seed, cache_root=paths.cache_dir())
+    try:
+        return prepare(d, make_encoder(encoder), seed=seed, cache_root=paths.cache_dir())
+    except EncoderError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(2)
 
 
 def _results_table(results: dict, title: str) -> Table:
@@ -488,7 +493,12 @@ def encode(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt,
         encode_with_ray(encoder, d.texts, paths.cache_dir(), replicas=ray_replicas,
                         gpus_per_replica=gpus_per_replica, batch_size=batch_size)
     else:
-        encode_cached(enc, d.texts, paths.cache_dir(), batch_size=batch_size)
+        from .encoders.sentence import EncoderError
+        try:
+            encode_cached(enc, d.texts, paths.cache_dir(), batch_size=batch_size)
+        except EncoderError as e:
+            console.print(f"[red]{e}[/red]")
+            raise typer.Exit(2)
     console.print(f"{len(EmbeddingCache(paths.cache_dir(), enc.encoder_id))} vectors cached for {enc.encoder_id} "
                   f"in {paths.cache_dir()}")
 

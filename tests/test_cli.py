@@ -131,3 +131,13 @@ def test_bad_search_option_is_one_line():
     assert r.exit_code == 2 and "bad option --criterion" in r.output and "val_loss" in r.output
     r = runner.invoke(app, ["train", "--trials", "0"])
     assert r.exit_code == 2 and "bad option --trials" in r.output
+
+
+def test_an_encoder_that_cannot_load_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    runner.invoke(app, ["data", "synth", "--out", str(tmp_path / "d"), "--models", "4", "--questions", "40"])
+    for cmd in (["evaluate", "--fixed"], ["encode"]):
+        r = runner.invoke(app, [*cmd, "--data", str(tmp_path / "d"), "--encoder", "no-such/encoder-xyz"])
+        out = " ".join(r.output.split())
+        assert r.exit_code == 2 and "cannot load encoder 'no-such/encoder-xyz'" in out and "hashing" in out, r.output

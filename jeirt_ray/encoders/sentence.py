@@ -55,6 +55,10 @@ def resolve(name_or_path: str) -> tuple[str, str]:
     return name_or_path, f"st:{name_or_path}"
 
 
+class EncoderError(RuntimeError):
+    """An encoder that cannot be loaded; the message names the fix."""
+
+
 class SentenceTransformerEncoder:
     def __init__(self, name_or_path: str = DEFAULT_ENCODER, device: str | None = None,
                  normalize: bool = True):
@@ -68,7 +72,13 @@ class SentenceTransformerEncoder:
     def model(self):
         if self._model is None:
             from sentence_transformers import SentenceTransformer
-            self._model = SentenceTransformer(self.source, device=self.device)
+            try:
+                self._model = SentenceTransformer(self.source, device=self.device)
+            except OSError as e:  # not a folder, and the hub unreachable or without that name
+                raise EncoderError(f"cannot load encoder {self.name!r}: not a local folder, and the hub does not "
+                                   f"have it or cannot be reached ({str(e).splitlines()[0]}); offline, use "
+                                   f"{DEFAULT_ENCODER} (bundled), all-mpnet-base-v2 (`make mpnet`), a "
+                                   f"sentence-transformers folder, or hashing") from e
         return self._model
 
     @property
