@@ -390,15 +390,16 @@ def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. depl
     import threading
 
     from .distributed import init_ray
-    from .serving.deploy import check_registry, deploy, load_config
+    from .serving.deploy import check_port, check_registry, deploy, load_config
     try:
         cfg = load_config(config, model, port)
     except ValueError as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(2)
     try:
+        check_port(cfg)
         check_registry(cfg)  # also creates the MLflow store here, once, before any replica starts
-    except LookupError as e:
+    except (OSError, LookupError) as e:
         console.print(f"[red]cannot serve:[/red] {e}")
         raise typer.Exit(1)
     init_ray()

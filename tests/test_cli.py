@@ -120,10 +120,21 @@ def test_first_contact_without_a_registered_space(tmp_path, monkeypatch):
     r = runner.invoke(app, ["registry", "promote", "demo", "1"])
     assert r.exit_code == 1 and "make demo" in " ".join(r.output.split())
     config = Path(__file__).resolve().parents[1] / "deployments" / "local.yaml"
-    r = runner.invoke(app, ["serve", str(config)])
+    import socket
+    with socket.socket() as probe:  # a free port, whatever else this machine serves
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    r = runner.invoke(app, ["serve", str(config), "--port", str(free)])
     out = " ".join(r.output.split())
     assert r.exit_code == 1 and "cannot serve: no registered space named 'demo'" in out and "make demo" in out
     assert r.exception is None or isinstance(r.exception, SystemExit)
+    with socket.socket() as held:  # a port in use: said before anything starts
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = runner.invoke(app, ["serve", str(config), "--port", str(port)])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 1 and f"port {port} on 127.0.0.1 is in use" in out and "--port N" in out
 
 
 def test_bad_search_option_is_one_line():

@@ -24,6 +24,18 @@ def load_config(path: str | Path, model: str | None = None, port: int | None = N
         raise ValueError(f"{path}: not a valid Serve config: {e}") from e
 
 
+def check_port(config) -> None:
+    """The HTTP port must be free before anything starts; an OSError names the fix."""
+    import socket
+    host, port = config.http_options.host, config.http_options.port
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # only a listener counts, not TIME_WAIT
+        try:
+            s.bind((host, port))
+        except OSError:
+            raise OSError(f"port {port} on {host} is in use: stop what holds it, or pass --port N") from None
+
+
 def check_registry(config) -> None:
     """Every application's space (`models:/<args.model>@<Router alias>`) must resolve before
     anything deploys; a LookupError names the fix. Opening the registry here also creates a
