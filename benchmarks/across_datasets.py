@@ -32,32 +32,27 @@ from _common import SHARED, parser, write_json
 from jeirt_ray import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.distributed import init_ray
-from jeirt_ray.distributed.select import run_search
+from jeirt_ray.distributed.select import load_trial, run_search
 from jeirt_ray.encoders import make_encoder
 from jeirt_ray.evaluation import predictors
 from jeirt_ray.experiment import pair_probs, prepare
 from jeirt_ray.model.metrics import binary_metrics
-from jeirt_ray.model.modules import build_module
-from jeirt_ray.model.train import TrainConfig
 from jeirt_ray.selection import CRITERIA, SearchSettings, rank_trials
-from safetensors.torch import load_file
 
 BASELINES = ("knn", "irt2pl", "majority")
 MEMBER_CHOICES = (1, 3, 5, 8)
 
 
-def trial_test_probs(prep, kind: str, trials: list[dict], rows, test) -> list[dict]:
+def trial_test_probs(prep, trials: list[dict], rows, test) -> list[dict]:
     """Every completed trial with its test pair probabilities (for scoring selection rules)."""
     out = []
     X = torch.as_tensor(prep.X[rows])
     for t in trials:
         if not t.get("completed"):
             continue
-        cfg = TrainConfig(**t["config"])
-        mod = build_module(kind, prep.X.shape[1], prep.data.n_models, **cfg.model_dump(exclude={"kind"}))
-        mod.load_state_dict(load_file(str(Path(t["dir"]) / "weights.safetensors")))
+        mod = load_trial(t, prep.X.shape[1], prep.data.n_models)
         with torch.no_grad():
-            p = torch.sigmoid(mod.eval().score_all(X)).numpy()
+            p = torch.sigmoid(mod.score_all(X)).numpy()
         out.append({**t, "test_p": pair_probs(p, rows, test)})
     return out
 
@@ -96,7 +91,7 @@ def run_dataset(path: Path, seeds: list[int], encoder: str, settings: SearchSett
         run = {"methods": {}, "trials": {}}
         for kind in ("jeirt", "mf"):
             res = run_search(prep, kind, settings.model_copy(update={"seed": s}), storage=storage, progress=False)
-            run["trials"][kind] = trial_test_probs(prep, kind, res["trials"], rows, test)
+            run["trials"][kind] = trial_test_probs(prep, res["trials"], rows, test)
             p = rule_probs(run["trials"][kind], settings.criterion, settings.members)
             run["methods"][kind] = {**metrics(p, y), "train_seconds": res["seconds"], "p": p}
         for name, predict, seconds, _ in predictors(prep, BASELINES, train_seed=s, progress=False):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Optional
@@ -28,6 +29,16 @@ EncoderOpt = typer.Option("all-MiniLM-L6-v2", "--encoder",
                                "or 'hashing' for the fast test encoder")
 
 
+@contextlib.contextmanager
+def _one_line(*errors: type[Exception], code: int = 1, prefix: str = ""):
+    """Expected failures (`errors`) end the command with one red line and exit `code`, no traceback."""
+    try:
+        yield
+    except errors as e:
+        console.print(f"[red]{prefix}{e}[/red]")
+        raise typer.Exit(code)
+
+
 def _load(data: Optional[Path]):
     from .data import DataError, load_data
     from .data.synthetic import generate
@@ -49,11 +60,8 @@ def _prepare(data: Optional[Path], encoder: str, seed: int):
     from .experiment import prepare
     d = _load(data)
     console.print(d.describe())
-    try:
+    with _one_line(EncoderError, code=2):
         return prepare(d, make_encoder(encoder), seed=seed, cache_root=paths.cache_dir())
-    except EncoderError as e:
-        console.print(f"[red]{e}[/red]")
-        raise typer.Exit(2)
 
 
 def _results_table(results: dict, title: str) -> Table:
@@ -396,12 +404,9 @@ def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. depl
     except ValueError as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(2)
-    try:
+    with _one_line(OSError, LookupError, prefix="cannot serve: "):
         check_port(cfg)
         check_registry(cfg)  # also creates the MLflow store here, once, before any replica starts
-    except (OSError, LookupError) as e:
-        console.print(f"[red]cannot serve:[/red] {e}")
-        raise typer.Exit(1)
     init_ray()
     try:
         url = deploy(cfg)
@@ -495,11 +500,8 @@ def encode(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt,
                         gpus_per_replica=gpus_per_replica, batch_size=batch_size)
     else:
         from .encoders.sentence import EncoderError
-        try:
+        with _one_line(EncoderError, code=2):
             encode_cached(enc, d.texts, paths.cache_dir(), batch_size=batch_size)
-        except EncoderError as e:
-            console.print(f"[red]{e}[/red]")
-            raise typer.Exit(2)
     console.print(f"{len(EmbeddingCache(paths.cache_dir(), enc.encoder_id))} vectors cached for {enc.encoder_id} "
                   f"in {paths.cache_dir()}")
 
@@ -542,11 +544,8 @@ def registry_list(name: str = typer.Argument(..., help="registered model name"))
     """Versions of a registered space, with aliases and metrics."""
     from .registry import Registry
     reg = Registry()
-    try:
+    with _one_line(LookupError):
         rows = reg.versions(name)
-    except LookupError as e:
-        console.print(f"[red]{e}[/red]")
-        raise typer.Exit(1)
     table = Table(title=f"{name} in {reg.tracking_uri}")
     for col in ("version", "aliases", "metrics", "data"):
         table.add_column(col)
@@ -560,11 +559,8 @@ def registry_list(name: str = typer.Argument(..., help="registered model name"))
 def registry_promote(name: str, version: int, alias: str = typer.Option("champion")):
     """Point an alias (default @champion) at a version."""
     from .registry import Registry
-    try:
+    with _one_line(LookupError):
         Registry().promote(name, version, alias)
-    except LookupError as e:
-        console.print(f"[red]{e}[/red]")
-        raise typer.Exit(1)
     console.print(f"models:/{name}@{alias} -> version {version}")
 
 

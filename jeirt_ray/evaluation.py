@@ -64,27 +64,17 @@ def _search_summary(res: dict) -> dict:
                          "config": c.model_dump()} for c, t in zip(res["configs"], ranked)]}
 
 
-class _Ensemble:
-    """Mean probability of several trained modules (MF's searched or seeded members)."""
-
-    def __init__(self, modules: list[torch.nn.Module], X: torch.Tensor):
-        self.modules, self.X = modules, X
-
-    @torch.no_grad()
-    def __call__(self, rows):
-        return np.mean([torch.sigmoid(m.eval().score_all(self.X[rows])).numpy() for m in self.modules], axis=0)
-
-
 def _space_predictor(space: Space, X):
     def predict(rows):
         return space.predict_proba(X[rows])
     return predict
 
 
-def _module_predictor(module: torch.nn.Module, X: torch.Tensor):
+def _modules_predictor(modules: list[torch.nn.Module], X: torch.Tensor):
+    """Mean probability of one or more trained modules (MF's members, an IRT model)."""
     @torch.no_grad()
     def predict(rows):
-        return torch.sigmoid(module.eval().score_all(X[rows])).numpy()
+        return np.mean([torch.sigmoid(m.eval().score_all(X[rows])).numpy() for m in modules], axis=0)
     return predict
 
 
@@ -132,12 +122,12 @@ def predictors(prep: Prepared, methods=METHODS, *, search: SearchSettings | None
                 modules = [fit(prep.X, n_models, train, prep.pairs("val"), cfg.model_copy(
                     update={"seed": 100 * train_seed + i}), progress=progress).module for i in range(members)]
                 info = {"recipe": "fixed", "config": cfg.model_dump()}
-            predict = _Ensemble(modules, prep.Xt)
+            predict = _modules_predictor(modules, prep.Xt)
             info["members"] = len(modules)
         elif name in ("irt1pl", "irt2pl"):
             r = fit(prep.X, n_models, train, prep.pairs("val"), TrainConfig(kind=name, seed=train_seed),
                   progress=progress)
-            predict = _module_predictor(r.module, prep.Xt)
+            predict = _modules_predictor([r.module], prep.Xt)
         elif name == "knn":
             knn = KNN().fit(prep.X, n_models, q, m, y)
             val = prep.pairs("val")

@@ -74,6 +74,14 @@ def _trial(params: dict, *, X, n_models, train, val, base: dict, report_at: list
     tune.report({"epoch": result.epochs, "val_loss": best["val_loss"], "completed": True, "trial_dir": str(out)})
 
 
+def load_trial(trial: dict, in_dim: int, n_models: int) -> torch.nn.Module:
+    """The saved best weights of a completed trial."""
+    cfg = TrainConfig(**trial["config"])
+    mod = build_module(cfg.kind, in_dim, n_models, **cfg.model_dump(exclude={"kind"}))
+    mod.load_state_dict(load_file(str(Path(trial["dir"]) / "weights.safetensors")))
+    return mod.eval()
+
+
 def _log_trial(mlflow_cfg: dict, trial_id: str, config: TrainConfig, history: list[dict], best: dict) -> None:
     """One MLflow run per finished trial, nested under the search's run, in one batch."""
     from mlflow import MlflowClient
@@ -153,12 +161,7 @@ def run_search(prep, kind: str, settings: SearchSettings, *, storage: str | Path
         if mlflow_cfg:
             reg.client.set_terminated(mlflow_cfg["parent_run_id"], status="FAILED")
         raise RuntimeError(f"no {kind} trial completed in the search ({trials} trials); errors: {errors[:3]}")
-    members = []
-    for t in chosen:
-        cfg = TrainConfig(**t["config"])
-        mod = build_module(kind, prep.X.shape[1], prep.data.n_models, **cfg.model_dump(exclude={"kind"}))
-        mod.load_state_dict(load_file(str(Path(t["dir"]) / "weights.safetensors")))
-        members.append(mod.eval())
+    members = [load_trial(t, prep.X.shape[1], prep.data.n_models) for t in chosen]
     seconds = time.perf_counter() - start
     if mlflow_cfg:
         client = reg.client

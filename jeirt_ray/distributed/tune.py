@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..model.train import TrainConfig
 from ..selection import Domain
 
+
 class Scheduler(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["asha", "fifo"] = "asha"

@@ -178,8 +178,7 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
     share of every batch (see QuestionBatcher); every worker computes the same validation loss,
     so all of them stop at the same epoch. `on_epoch(row, snapshot)` receives each epoch's
     metrics, a function returning the TrainState (to checkpoint) and whether this is the last
-    epoch; `resume` continues from a TrainState. Every epoch's row has the validation loss and
-    accuracy.
+    epoch; `resume` continues from a TrainState.
     """
     torch.manual_seed(config.seed)
     device = torch.device(device)
@@ -227,13 +226,11 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
             opt.step()
             total += float(loss.detach()) * len(y)
             n += len(y)
-        val_logits = pair_logits(module, X, val)
-        val_loss = float(F.binary_cross_entropy_with_logits(val_logits, val_y))
+        val_loss = float(F.binary_cross_entropy_with_logits(pair_logits(module, X, val), val_y))
         if not np.isfinite(val_loss):
             raise FloatingPointError(f"training {config.kind} diverged at epoch {epoch} (validation loss "
                                      f"{val_loss}); lower the learning rate (now {config.lr})")
         row = {"epoch": epoch, "train_loss": total / max(n, 1), "val_loss": val_loss,
-               "val_accuracy": float(((val_logits >= 0) == (val_y >= 0.5)).float().mean()),
                "seconds": offset + time.perf_counter() - start}
         history.append(row)
         if val_loss < best[0] - 1e-5:
