@@ -34,6 +34,33 @@ def test_cache_second_run_encodes_nothing(tmp_path):
     assert np.array_equal(EmbeddingCache(tmp_path, enc.encoder_id).get([text_hash("g h")])[0], first[3])
 
 
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "nan"])
+def test_a_damaged_cache_shard_is_set_aside_and_only_its_texts_reencoded(tmp_path, damage, caplog):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    texts = [f"question {i}" for i in range(6)]
+    enc = CountingEncoder()
+    first = encode_cached(enc, texts, tmp_path, chunk=2, progress=False)  # three shards of two texts
+    shards = sorted((tmp_path / enc.encoder_id).glob("*.parquet"))
+    assert len(shards) == 3
+    bad = shards[1]
+    lost = set(pq.read_table(bad).column("text_hash").to_pylist())
+    if damage == "truncate":
+        bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    elif damage == "garbage":
+        bad.write_bytes(b"not parquet at all")
+    else:  # readable, but the values cannot be embeddings
+        t = pq.read_table(bad)
+        vec = pa.FixedSizeListArray.from_arrays(pa.array([float("nan")] * (t.num_rows * 32), pa.float32()), 32)
+        pq.write_table(pa.table({"text_hash": t.column("text_hash"), "vector": vec}), bad)
+    enc.calls = 0
+    again = encode_cached(enc, texts, tmp_path, progress=False)
+    assert enc.calls == len(lost) == 2  # only the damaged shard's texts are encoded again
+    assert np.array_equal(first, again)
+    assert bad.with_suffix(".corrupt").exists() and "set aside" in caplog.text
+    assert all(s.exists() for s in (shards[0], shards[2]))
+
+
 def test_cache_keyed_by_encoder(tmp_path):
     encode_cached(HashingEncoder(16), ["x"], tmp_path, progress=False)
     encode_cached(HashingEncoder(32), ["x"], tmp_path, progress=False)

@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -54,3 +58,57 @@ def test_bad_uris_fail_loudly(registry):
         registry.load("models:/demo-space@staging")
     with pytest.raises(LookupError, match="models:/demo-space/99 does not resolve"):
         registry.promote("demo-space", 99)
+
+
+KILLED_REGISTER = """
+import os, signal, sys
+from mlflow import MlflowClient
+from jeirt_ray.data.synthetic import generate
+from jeirt_ray.encoders import HashingEncoder
+from jeirt_ray.evaluation import train_space
+from jeirt_ray.experiment import prepare
+from jeirt_ray.model.train import TrainConfig
+from jeirt_ray.registry import Registry
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+where = sys.argv[2]
+if where == "log_artifacts":  # half of the files are written, then the process dies
+    real = MlflowClient.log_artifact
+    def log_artifacts(self, run_id, local_dir, artifact_path=None):
+        first = sorted(os.listdir(local_dir))[0]
+        real(self, run_id, os.path.join(local_dir, first), artifact_path)
+        die()
+    MlflowClient.log_artifacts = log_artifacts
+elif where == "create_model_version":
+    MlflowClient.create_model_version = die
+prep = prepare(generate(n_models=6, n_questions=200), HashingEncoder(64), progress=False)
+if where == "training":
+    import threading; threading.Timer(0.5, die).start()
+space = train_space(prep, TrainConfig(kind="jeirt", dim=4, max_epochs=2000, patience=2000), members=1, progress=False)
+Registry(sys.argv[1]).register(space, "killed")
+"""
+
+
+@pytest.mark.parametrize("where", ["training", "log_artifacts", "create_model_version"])
+def test_a_register_killed_midway_leaves_no_half_registered_version(tmp_path, where):
+    """SIGKILL during training, halfway through uploading the space, and just before the version
+    is created: no version of the name exists afterwards, and the next register gives version 1."""
+    from jeirt_ray.data.synthetic import generate
+    from jeirt_ray.registry import Registry
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = subprocess.run([sys.executable, "-c", KILLED_REGISTER, uri, where], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "JEIRT_HOME": str(tmp_path)})
+    assert run.returncode == -9, run.stderr[-2000:]
+    registry = Registry(uri)
+    try:
+        versions = registry.versions("killed")
+    except LookupError:
+        versions = []
+    assert versions == []
+    prep = prepare(generate(n_models=6, n_questions=200), HashingEncoder(64), progress=False)
+    space = train_space(prep, TrainConfig(kind="jeirt", dim=4, max_epochs=2), members=1, progress=False)
+    assert registry.register(space, "killed") == 1
+    x = prep.X[:10]
+    assert np.array_equal(registry.load("models:/killed/1").predict_proba(x), space.predict_proba(x))

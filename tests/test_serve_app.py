@@ -70,7 +70,27 @@ def test_local_testing_mode_routes_without_a_cluster(registry):
     expected = space.model_names[int(space.predict_proba(prep.X[:1])[0].argmax())]
     assert res["results"][0]["chosen"] == expected
     health = handle.health.remote().result()
-    assert health == {"status": "ok", "space": f"{NAME}/1", "llms": len(space.model_names)}
+    assert {k: health[k] for k in ("status", "space", "llms")} == {"status": "ok", "space": f"{NAME}/1",
+                                                                  "llms": len(space.model_names)}
+    assert health["registry"]["reachable"]
+
+
+def test_onboarding_without_a_configured_token_is_403_not_5xx(monkeypatch):
+    """A switched-off feature is a 4xx that clients do not retry, never a 5xx (the handler itself:
+    the live service below has a token)."""
+    import asyncio
+
+    from fastapi import HTTPException
+
+    from jeirt_ray.serving.app import Router
+    from jeirt_ray.serving.schemas import OnboardRequest
+    cls = Router.func_or_class
+    router = cls.__new__(cls)
+    router.token, router.token_env = None, "JEIRT_API_TOKEN"
+    body = OnboardRequest(model="m", responses=[{"question_id": "q", "label": 1}])
+    with pytest.raises(HTTPException) as e:
+        asyncio.run(router.onboard(body, None))
+    assert e.value.status_code == 403 and "set JEIRT_API_TOKEN" in e.value.detail
 
 
 def _free_port() -> int:
@@ -87,6 +107,10 @@ def service(registry, tmp_path_factory):
     raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
     app = raw["applications"][0]
     app["args"]["encoder"] = "hashing"
+    for d in app["deployments"]:  # two routers and two encoders, so that one can be killed under load
+        d["ray_actor_options"]["num_cpus"] = 0.25
+        if d["name"] in ("Router", "Encoder"):
+            d["num_replicas"] = 2
     router = next(d for d in app["deployments"] if d["name"] == "Router")
     router["user_config"]["refresh_s"] = 1
     path = tmp_path_factory.mktemp("cfg") / "local.yaml"
@@ -130,25 +154,44 @@ def test_http_route_models_health_and_chat(service, registry):
     assert chat.json()["routing"]["chosen"] == chat.json()["model"]
 
 
-@pytest.mark.parametrize("path, body, status, message", [
-    ("/v1/route", {"query": ""}, 422, "query"),
-    ("/v1/route", {"queries": ["q"] * 65}, 422, "at most 64"),
-    ("/v1/route", {"query": "q", "candidates": ["gpt-9"]}, 422, "unknown candidate"),
-    ("/v1/route", {"query": "q", "policy": "cost_weighted"}, 422, "cost table"),
-    ("/v1/chat/completions", {"messages": [{"role": "system", "content": "x"}]}, 422, "no user message"),
-    ("/v1/onboard", {"model": "m", "responses": [{"question_id": "q", "label": 1}]}, 401, "bearer token"),
+@pytest.mark.parametrize("path, body, headers, status, message", [
+    ("/v1/route", {"query": ""}, {}, 422, "query"),
+    ("/v1/route", {"query": " \t\n"}, {}, 422, "pattern"),
+    ("/v1/route", {"queries": ["q"] * 65}, {}, 422, "at most 64"),
+    ("/v1/route", {"query": "q", "candidates": ["gpt-9"]}, {}, 404, "unknown candidate"),
+    ("/v1/route", {"query": "q", "policy": "cost_weighted"}, {}, 409, "cost table"),
+    ("/v1/chat/completions", {"messages": [{"role": "system", "content": "x"}]}, {}, 422, "no user message"),
+    ("/v1/onboard", {"model": "m", "responses": [{"question_id": "q", "label": 1}]}, {}, 401, "bearer token"),
+    ("/v1/onboard", {"model": "m", "responses": [{"question_id": "q", "label": 1}]},
+     {"authorization": f"Bearer {TOKEN}x"}, 401, "bearer token"),
 ])
-def test_http_bad_requests_get_4xx_with_a_message(service, path, body, status, message):
-    r = httpx.post(f"{service}{path}", json=body, timeout=30)
+def test_http_bad_requests_get_4xx_with_one_error_shape(service, path, body, headers, status, message):
+    r = httpx.post(f"{service}{path}", json=body, headers=headers, timeout=30)
     assert r.status_code == status, r.text
-    assert message in r.text
-    assert httpx.get(f"{service}/health", timeout=30).status_code == 200  # still serving
+    assert set(r.json()) == {"error", "detail"} and message in r.json()["error"]
+    assert httpx.get(f"{service}/health", timeout=30).json()["status"] == "ok"  # still serving
 
 
-def test_http_malformed_json_is_422(service):
-    r = httpx.post(f"{service}/v1/route", content=b"{not json", headers={"content-type": "application/json"},
-                   timeout=30)
-    assert r.status_code == 422
+@pytest.mark.parametrize("content, status", [(b"{not json", 422), (b"{\"query\": \"\xc3\x28\"}", 400)])
+def test_http_unreadable_bodies_are_4xx(service, content, status):
+    r = httpx.post(f"{service}/v1/route", content=content, headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == status and "error" in r.json()
+
+
+def test_http_body_cap_answers_413_before_reading(service):
+    from jeirt_ray.serving.schemas import MAX_BODY_BYTES
+    big = b'{"query": "' + b"a" * MAX_BODY_BYTES + b'"}'
+    r = httpx.post(f"{service}/v1/route", content=big, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413 and "bytes" in r.json()["error"]
+
+    def chunks():  # no Content-Length: the cap counts the streamed chunks
+        yield b'{"query": "'
+        for _ in range(MAX_BODY_BYTES // 2**16 + 1):
+            yield b"a" * 2**16
+        yield b'"}'
+    r = httpx.post(f"{service}/v1/route", content=chunks(), headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413
+    assert httpx.post(f"{service}/v1/route", json={"query": "q"}, timeout=30).status_code == 200
 
 
 def test_onboard_promote_is_picked_up_live_and_a_bad_version_is_not(service, registry):
@@ -161,7 +204,7 @@ def test_onboard_promote_is_picked_up_live_and_a_bad_version_is_not(service, reg
                  for q, y in zip(data.q_idx[mine][:300], data.labels[mine][:300])]
     bad = httpx.post(f"{service}/v1/onboard", headers=auth, timeout=60,
                      json={"model": "x", "responses": [{"question_id": "nope", "label": 1.0}]})
-    assert bad.status_code == 422 and "unknown question_id" in bad.text
+    assert bad.status_code == 404 and "unknown question_id" in bad.json()["error"]
     r = httpx.post(f"{service}/v1/onboard", headers=auth, timeout=60,
                    json={"model": "newcomer", "responses": responses, "promote": True, "suggest": 3})
     assert r.status_code == 200, r.text
@@ -202,3 +245,102 @@ def test_concurrent_onboardings_keep_each_others_models(service, registry):
     names = reg.load(f"models:/{NAME}/{latest}").model_names
     assert {"twin-a", "twin-b", "newcomer"} <= set(names)
     assert np.isfinite(results[0].json()["fit_seconds"])
+
+
+def _under_load(service, during, concurrency=4, after_s=2.0):
+    """Send /v1/route from `concurrency` threads while `during()` runs and `after_s` beyond; returns
+    (requests, failed) and whatever `during` returned."""
+    import threading
+    stop, counts, lock = threading.Event(), [0, 0], threading.Lock()
+
+    def client():
+        with httpx.Client(timeout=30) as c:
+            while not stop.is_set():
+                try:
+                    ok = c.post(f"{service}/v1/route", json={"query": "what is 2 + 2?"}).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                with lock:
+                    counts[0] += 1
+                    counts[1] += not ok
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    result = during()
+    time.sleep(after_s)
+    stop.set()
+    for t in threads:
+        t.join()
+    return counts, result
+
+
+@pytest.mark.parametrize("deployment", ["Router", "Encoder"])
+def test_killing_a_replica_under_load_fails_at_most_the_requests_in_flight(service, deployment):
+    from ray import serve
+    from ray.util.state import list_actors
+
+    def alive():
+        return {a.name for a in list_actors(filters=[("state", "=", "ALIVE")])
+                if a.class_name == f"ServeReplica:jeirt:{deployment}"}
+
+    def kill_and_wait():
+        before = alive()
+        victim = sorted(before)[0]
+        start = time.monotonic()
+        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+        # recovered: a new replica (not one of those before) runs beside the survivor
+        assert _wait_for(lambda: len(alive() - before) == 1 and victim not in alive() and serve.status().applications[
+            "jeirt"].deployments[deployment].replica_states.get("RUNNING", 0) == 2, timeout=120)
+        return time.monotonic() - start
+
+    concurrency = 4
+    (requests, failed), recovery_s = _under_load(service, kill_and_wait, concurrency)
+    print(f"kill one {deployment} replica: {requests} requests, {failed} failed, back to 2 replicas in "
+          f"{recovery_s:.1f} s")
+    assert requests > 20 and failed <= concurrency
+
+
+def test_registry_outage_keeps_serving_reports_it_and_recovers(service, registry):
+    """The SQLite registry locked by another writer: routing goes on with the loaded version,
+    /health says so, and a version promoted after the lock is released is picked up."""
+    import sqlite3
+    reg, space, _ = registry
+    db = os.environ["MLFLOW_TRACKING_URI"][len("sqlite:///"):]
+    lock = sqlite3.connect(db, timeout=30)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        def degraded():
+            h = [httpx.get(f"{service}/health", timeout=30).json() for _ in range(4)]  # both replicas
+            return all(not x["registry"]["reachable"] and x["status"] == "degraded" for x in h)
+        assert _wait_for(degraded, timeout=60)
+        start = time.perf_counter()
+        r = httpx.post(f"{service}/v1/route", json={"query": "still there?"}, timeout=30)
+        assert r.status_code == 200 and time.perf_counter() - start < 2
+    finally:
+        lock.rollback()
+        lock.close()
+    version = reg.register(space, NAME)
+    reg.promote(NAME, version, "champion")
+    assert _wait_for(lambda: all(_models(service)["data"][0]["registry_version"] == str(version) for _ in range(4)),
+                     timeout=60)
+    assert all(httpx.get(f"{service}/health", timeout=30).json()["status"] == "ok" for _ in range(4))
+
+
+@pytest.mark.parametrize("auth", ["token", "no token"])
+def test_schema_driven_fuzzer_finds_nothing(service, auth):
+    """Schemathesis, all of its checks, against the live service's own /openapi.json: every
+    response (errors included) matches the declared schema, schema-valid requests are accepted,
+    invalid ones refused with 4xx, no 5xx. With the token it onboards (registering versions), so
+    this runs last in the module."""
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "schemathesis.cli", "run", f"{service}/openapi.json", "--checks", "all",
+           "--max-examples", "40" if auth == "token" else "80", "--seed", "1", "--no-color"]
+    if auth == "token":
+        cmd += ["-H", f"Authorization: Bearer {TOKEN}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    summary = [line for line in out.stdout.splitlines() if "generated" in line]
+    print(auth, summary)
+    assert out.returncode == 0, out.stdout[-6000:]
+    assert summary and " passed" in summary[-1]

@@ -1,12 +1,15 @@
 """On-disk embedding cache keyed by (encoder id, sha256 of the text), as Parquet shards.
 
 Each encode appends shards as it goes, so an interrupted run keeps what it finished and a
-second run encodes nothing.
+second run encodes nothing. A shard that cannot be read (truncated, corrupted, wrong shape or
+non-finite values) is set aside as `<name>.corrupt` with a warning; its texts are simply missing
+and encoded again, and every other shard is kept.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import uuid
 from pathlib import Path
@@ -17,6 +20,8 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from .base import QuestionEncoder
+
+log = logging.getLogger(__name__)
 
 
 def text_hash(text: str) -> str:
@@ -32,12 +37,32 @@ class EmbeddingCache:
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._table is None:
-            self._table = {}
+            self._table, dim = {}, None
             for shard in sorted(self.directory.glob("*.parquet")):
-                t = pq.read_table(shard)
-                vecs = np.asarray(t.column("vector").combine_chunks().flatten()).reshape(t.num_rows, -1)
-                self._table.update(zip(t.column("text_hash").to_pylist(), vecs.astype(np.float32)))
+                try:
+                    hashes, vecs = self._read(shard, dim)
+                except Exception as e:  # whatever pyarrow or the checks raise: the shard is unusable
+                    aside = shard.with_suffix(".corrupt")
+                    shard.rename(aside)
+                    log.warning("embedding cache: %s is unreadable (%s); set aside as %s, its texts will be "
+                                "encoded again", shard, str(e).splitlines()[0][:200], aside.name)
+                    continue
+                dim = vecs.shape[1]
+                self._table.update(zip(hashes, vecs))
         return self._table
+
+    @staticmethod
+    def _read(shard: Path, dim: int | None) -> tuple[list[str], np.ndarray]:
+        t = pq.read_table(shard)
+        vecs = np.asarray(t.column("vector").combine_chunks().flatten(), dtype=np.float32).reshape(t.num_rows, -1)
+        hashes = t.column("text_hash").to_pylist()
+        if dim is not None and vecs.shape[1] != dim:
+            raise ValueError(f"vectors of {vecs.shape[1]} dimensions where the other shards have {dim}")
+        if not np.isfinite(vecs).all():
+            raise ValueError("non-finite values")
+        if not all(isinstance(h, str) and len(h) == 64 for h in hashes):
+            raise ValueError("a text_hash that is not a sha256")
+        return hashes, vecs
 
     def __len__(self) -> int:
         return len(self._load())

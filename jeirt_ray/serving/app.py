@@ -17,20 +17,25 @@ user_config). The routing logic is a plain class (router.RouterCore), tested wit
 # no `from __future__ import annotations`: Serve's class-based FastAPI views need the request
 # body types as real objects, not strings
 import asyncio
+import hmac
 import logging
+import math
 import os
 import threading
 import time
 
 import numpy as np
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray import serve
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..encoders import make_encoder
-from .router import RequestError, RouterCore, RouterSettings, SpaceSource
-from .schemas import ChatRequest, OnboardRequest, RouteRequest, RouteResponse
+from .router import Conflict, NotFound, RegistryUnreachable, RequestError, RouterCore, RouterSettings, SpaceSource
+from .schemas import (BLANK, MAX_BODY_BYTES, MAX_ONBOARD_BODY_BYTES, ChatRequest, ChatResponse, ErrorBody, HealthResponse,
+                      ModelsResponse, OnboardRequest, OnboardResponse, RouteRequest, RouteResponse)
 
 log = logging.getLogger("jeirt.serve")
 TOKEN_ENV = "JEIRT_API_TOKEN"
@@ -76,13 +81,14 @@ class Onboarder:
             latest = max(self.registry.versions(self.model), key=lambda v: v["version"])["version"]
             space = self.registry.load(f"models:/{self.model}/{latest}")
             if space.question_embeddings is None:
-                raise RequestError(f"version {latest} of {self.model} stores no question embeddings; onboard "
+                raise Conflict(f"version {latest} of {self.model} stores no question embeddings; onboard "
                                    f"by 'text' or retrain it with this version of jeirt")
             pos = {q: i for i, q in enumerate(space.question_ids)}
             ids = [r.question_id for r in req.responses if r.question_id is not None]
             unknown = [q for q in ids if q not in pos]
             if unknown:
-                raise RequestError(f"{len(unknown)} unknown question_id(s), e.g. {unknown[:5]}")
+                raise NotFound(f"{len(unknown)} unknown question_id(s), e.g. {unknown[:5]}: GET the space's "
+                               f"question ids from the registry, or onboard by 'text'")
             rows, t = [], 0
             for r in req.responses:
                 if r.question_id is not None:
@@ -101,25 +107,85 @@ class Onboarder:
             version = self.registry.register(result.space, self.model, metrics)
             if req.promote:
                 self.registry.promote(self.model, version, self.alias)
-        return {**result.report, "version": version, "based_on_version": latest,
-                "promoted_to": self.alias if req.promote else None}
+        report = {**result.report, "version": version, "based_on_version": latest,
+                  "promoted_to": self.alias if req.promote else None}
+        if "heldout" in report:  # an AUC on one class is NaN, which JSON cannot carry
+            report["heldout"] = {k: None if isinstance(v, float) and math.isnan(v) else v
+                                 for k, v in report["heldout"].items()}
+        return report
 
 
-api = FastAPI(title="jeirt-ray", description="Route queries to the LLM most likely to answer them; onboard LLMs.")
+api = FastAPI(title="jeirt-ray", description=(
+    "Route queries to the LLM most likely to answer them; onboard LLMs. Every error answer is an "
+    f"`ErrorBody`. Request bodies over {MAX_BODY_BYTES} bytes ({MAX_ONBOARD_BODY_BYTES} for /v1/onboard) "
+    "are refused with 413."))
+ERRORS = {code: {"model": ErrorBody, "description": text} for code, text in {
+    400: "the body cannot be read (not UTF-8 JSON)", 404: "a name in the request is not in the space", 409: "the request needs something the service has not "
+    "configured", 413: "request body too large", 422: "invalid request", 500: "the service's own fault"}.items()}
+
+
+def error(status: int, message: str, detail: list | None = None, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content=ErrorBody(error=message, detail=detail).model_dump(),
+                        headers=headers)
 
 
 @api.exception_handler(RequestValidationError)
 async def _invalid(request: Request, exc: RequestValidationError):
-    # the standard 422, but with a one-line summary first
-    errors = exc.errors()
-    first = errors[0] if errors else {}
-    where = ".".join(str(p) for p in first.get("loc", ()))
-    return JSONResponse(status_code=422, content={"error": f"{where}: {first.get('msg', 'invalid request')}",
-                                                  "detail": jsonable(errors)})
+    errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "invalid")), "type": str(e.get("type", "invalid"))}
+              for e in exc.errors()]
+    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+    return error(422, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}", errors)
 
 
-def jsonable(errors):
-    return [{k: (str(v) if k == "ctx" else v) for k, v in e.items() if k != "input"} for e in errors]
+@api.exception_handler(StarletteHTTPException)
+async def _http_error(request: Request, exc: StarletteHTTPException):
+    return error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+
+@api.exception_handler(Exception)
+async def _fault(request: Request, exc: Exception):
+    log.exception("%s %s failed", request.method, request.url.path)
+    return error(500, f"internal error ({type(exc).__name__}); the service log has the details")
+
+
+class BodyLimit:
+    """Refuses request bodies over the route's byte cap with 413 before they are parsed: by
+    Content-Length when it is given, else by counting the chunks as they arrive (the body is
+    then handed on whole; FastAPI reads it whole anyway)."""
+
+    def __init__(self, app, limits: dict[str, int], default: int):
+        self.app, self.limits, self.default = app, limits, default
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = self.limits.get(scope["path"], self.default)
+        too_large = error(413, f"request body over {limit} bytes; send less per request")
+        length = dict(scope.get("headers", ())).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            return await too_large(scope, receive, send)
+        body, more = bytearray(), True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > limit:
+                return await too_large(scope, receive, send)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+        await self.app(scope, replay, send)
+
+
+api.add_middleware(BodyLimit, limits={"/v1/onboard": MAX_ONBOARD_BODY_BYTES}, default=MAX_BODY_BYTES)
+bearer = HTTPBearer(auto_error=False, description=f"the token in the service's {TOKEN_ENV}")
 
 
 # a default user_config, so that Serve always calls reconfigure (which loads the space) while the
@@ -134,9 +200,20 @@ class Router:
         self.settings = RouterSettings(model=model)
         self.core: RouterCore | None = None
         self.version: str | None = None
-        self.token = os.environ.get(token_env) or None
+        token = os.environ.get(token_env)
+        self.token = token.encode() if token else None
         self.token_env = token_env
         self.lock = threading.Lock()
+        self.registry_error: str | None = None  # why the alias's version is not the one serving, if so
+        self.registry_reachable = True
+        # the alias is re-resolved off the request path: a slow or locked registry never delays a query
+        threading.Thread(target=self._watch_alias, daemon=True, name="alias-watcher").start()
+
+    def _watch_alias(self) -> None:
+        while True:
+            time.sleep(0.25)
+            if self.core is not None:
+                self._refresh()  # a look-up at most every refresh_s (SpaceSource throttles)
 
     # ---- the space and live settings -----------------------------------------------------------
     def reconfigure(self, user_config: dict) -> None:
@@ -167,25 +244,36 @@ class Router:
     def _refresh(self) -> None:
         try:
             self._swap()
-        except Exception:
-            log.exception("could not load the new version of %s; still serving version %s",
-                          self.settings.uri, self.version)
+            self.registry_error, self.registry_reachable = None, True
+        except Exception as e:
+            if self.registry_error is None:  # once per outage, not once per look-up
+                log.exception("could not look up %s; still serving version %s", self.settings.uri, self.version)
+            self.registry_error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            self.registry_reachable = not isinstance(e, RegistryUnreachable)
+
+    def _core(self) -> RouterCore:
+        """The serving space. Loaded on demand only when a request arrives before Serve's first
+        reconfigure (its local testing mode allows that); the lock waits for a load in progress."""
+        if self.core is None:
+            self._swap()
+        return self.core
 
     async def _route(self, body: RouteRequest) -> dict:
         x = np.stack(await asyncio.gather(*(self.encoder.encode.remote(t) for t in body.texts)))
-        self._refresh()
+        core = self._core()
         try:
-            results = self.core.route(x, body)
+            results = core.route(x, body)
         except RequestError as e:
-            raise HTTPException(422, str(e))
-        return RouteResponse(space=self.core.label, results=results).model_dump()
+            raise HTTPException(e.status, str(e))
+        return RouteResponse(space=core.label, results=results).model_dump()
 
     # ---- HTTP ------------------------------------------------------------------------------------
-    @api.post("/v1/route")
+    @api.post("/v1/route", response_model=RouteResponse, responses=ERRORS)
     async def route(self, body: RouteRequest) -> dict:
         return await self._route(body)
 
-    @api.post("/v1/chat/completions")
+    @api.post("/v1/chat/completions", response_model=ChatResponse,
+              responses={**ERRORS, 502: {"model": ErrorBody, "description": "the upstream LLM failed"}})
     async def chat(self, body: ChatRequest) -> dict:
         routed = await self._route(RouteRequest(query=body.last_user_text))
         decision = routed["results"][0]
@@ -199,7 +287,10 @@ class Router:
                 r = await client.post(f"{upstream.rstrip('/')}/chat/completions", json=payload)
             if r.status_code >= 400:
                 raise HTTPException(502, f"upstream {upstream} answered {r.status_code}: {r.text[:300]}")
-            return {**r.json(), "routing": routing}
+            try:
+                return ChatResponse.model_validate({**r.json(), "routing": routing}).model_dump()
+            except (ValueError, TypeError) as e:
+                raise HTTPException(502, f"upstream {upstream} did not answer a chat completion: {e}"[:400])
         return {"id": f"route-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
                 "model": decision["chosen"], "routing": routing,
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {
@@ -207,34 +298,43 @@ class Router:
                     "content": f"Routed to {decision['chosen']} (p_correct {decision['p_correct']:.3f}); no "
                                f"upstream is configured for it, so this is the routing decision only."}}]}
 
-    @api.post("/v1/onboard")
-    async def onboard(self, body: OnboardRequest, request: Request) -> dict:
+    @api.post("/v1/onboard", response_model=OnboardResponse, responses={
+        **ERRORS, 401: {"model": ErrorBody, "description": "missing or wrong bearer token"},
+        403: {"model": ErrorBody, "description": f"onboarding is switched off (no {TOKEN_ENV} on the service)"}})
+    async def onboard(self, body: OnboardRequest,
+                      credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> dict:
         if self.token is None:
-            raise HTTPException(503, f"onboarding is disabled: set {self.token_env} on the service to enable it")
-        if request.headers.get("authorization", "") != f"Bearer {self.token}":
-            raise HTTPException(401, "missing or wrong bearer token")
-        texts = [r.text for r in body.responses if r.text is not None]
+            raise HTTPException(403, f"onboarding is switched off: set {self.token_env} on the service to enable it")
+        given = credentials.credentials.encode() if credentials else b""
+        if not hmac.compare_digest(given, self.token):  # constant time: the answer leaks no prefix
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+        texts = [r.text.strip(BLANK) for r in body.responses if r.text is not None]
         vectors = await self.encoder.encode_many.remote(texts) if texts else None
         try:
             return await self.onboarder.onboard.remote(body.model_dump(), vectors)
         except Exception as e:
             cause = getattr(e, "cause", e)
-            if isinstance(cause, (RequestError, ValueError)):
+            if isinstance(cause, RequestError):
+                raise HTTPException(cause.status, str(cause))
+            if isinstance(cause, ValueError):
                 raise HTTPException(422, str(cause))
             raise
 
-    @api.get("/v1/models")
+    @api.get("/v1/models", response_model=ModelsResponse, responses={500: ERRORS[500]})
     async def models(self) -> dict:
-        self._refresh()
-        return {"object": "list", "space": self.core.label, "alias": self.settings.alias,
+        core = self._core()
+        return {"object": "list", "space": core.label, "alias": self.settings.alias,
                 "data": [{"id": n, "object": "model", "owned_by": "jeirt", "registry_version": self.version,
-                          "cost": None if self.core.costs is None else float(self.core.costs[i])}
-                         for i, n in enumerate(self.core.names)]}
+                          "cost": None if core.costs is None else float(core.costs[i])}
+                         for i, n in enumerate(core.names)]}
 
-    @api.get("/health")
+    @api.get("/health", response_model=HealthResponse, responses={500: ERRORS[500]})
     async def health(self) -> dict:
-        self._refresh()
-        return {"status": "ok", "space": self.core.label, "llms": len(self.core.names)}
+        since = time.monotonic() - self.source.checked if self.source.checked else None
+        core = self._core()
+        return {"status": "degraded" if self.registry_error else "ok", "space": core.label, "llms": len(core.names),
+                "registry": {"reachable": self.registry_reachable, "error": self.registry_error,
+                             "seconds_since_check": since}}
 
 
 def build_app(args: dict):

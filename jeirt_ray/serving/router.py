@@ -23,7 +23,18 @@ log = logging.getLogger(__name__)
 
 
 class RequestError(ValueError):
-    """A request that is well-formed but cannot be served (unknown candidate, no cost table)."""
+    """A request that matches the schema but cannot be served; `status` is its HTTP answer."""
+    status = 422
+
+
+class NotFound(RequestError):
+    """The request names an LLM or question that the space does not have."""
+    status = 404
+
+
+class Conflict(RequestError):
+    """The request needs something the service is not configured with (e.g. a cost table)."""
+    status = 409
 
 
 @dataclass
@@ -79,16 +90,17 @@ class RouterCore:
         if req.candidates:
             unknown = [c for c in req.candidates if c not in self.index]
             if unknown:
-                raise RequestError(f"unknown candidate LLM(s) {unknown}; this space serves {len(self.names)} "
+                raise NotFound(f"unknown candidate LLM(s) {unknown}; this space serves {len(self.names)} "
                                    f"LLMs (GET /v1/models)")
             cand = np.array([self.index[c] for c in dict.fromkeys(req.candidates)])
         if policy in ("cost_weighted", "cheapest_within_margin") or req.budget is not None:
             if self.costs is None:
-                raise RequestError(f"policy {policy!r} and budget need a cost table; none is configured")
+                raise Conflict(f"policy {policy!r} and budget need a cost table; none is configured (set "
+                               f"the Router's user_config.costs)")
         if req.budget is not None:
             cand = cand[self.costs[cand] <= req.budget]
             if not len(cand):
-                raise RequestError(f"no candidate LLM costs at most the budget {req.budget}")
+                raise Conflict(f"no candidate LLM costs at most the budget {req.budget}")
         p_all = self.space.predict_proba(x)
         probs = p_all[:, cand]  # (n, C)
         tuned_pick = None
@@ -127,6 +139,10 @@ class RouterCore:
         return out
 
 
+class RegistryUnreachable(LookupError):
+    """The registry could not answer (server down, database locked)."""
+
+
 class SpaceSource:
     """Loads `models:/<name>@<alias>` and re-resolves the alias at most every `refresh_s`."""
 
@@ -141,8 +157,9 @@ class SpaceSource:
         try:
             return str(self.registry.client.get_model_version_by_alias(settings.model, settings.alias).version)
         except Exception as e:
-            raise LookupError(f"cannot resolve {settings.uri} in the registry at {self.registry.tracking_uri}: "
-                              f"{e}") from e
+            missing = getattr(e, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"  # an answer, not an outage
+            raise (LookupError if missing else RegistryUnreachable)(
+                f"cannot resolve {settings.uri} in the registry at {self.registry.tracking_uri}: {e}") from e
 
     def load(self, settings: RouterSettings, version: str) -> Space:
         uri = f"models:/{settings.model}/{version}"

@@ -1,4 +1,8 @@
-"""Request and response bodies of the HTTP API (pydantic: every request is validated)."""
+"""Request and response bodies of the HTTP API (pydantic: every request is validated).
+
+The published JSON schema says exactly what the service accepts: rules that pydantic checks in
+code (one of `query`/`queries`, a user message to route) are also written into the schema, so
+that a client generated from /openapi.json, or a schema-driven fuzzer, meets no surprises."""
 
 from __future__ import annotations
 
@@ -9,8 +13,21 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 MAX_QUERY_CHARS = 8000
 MAX_QUERIES = 64
 MAX_RESPONSES = 100_000
-Query = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUERY_CHARS)]
+# request bodies above these sizes are refused with 413 before they are read in full
+MAX_BODY_BYTES = 4 * 2**20
+MAX_ONBOARD_BODY_BYTES = 64 * 2**20
+# some text besides ASCII white space (a JSON-schema pattern matches anywhere in the string). Spelt
+# out because `\S` differs between regex engines (pydantic's Rust, Python's, ECMAScript's).
+BLANK = " \t\n\r\f\v"
+TEXT_PATTERN = r"[^ \t\n\r\f\v]"
+Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS, pattern=TEXT_PATTERN)]
 Policy = Literal["tuned", "most_likely", "cost_weighted", "cheapest_within_margin"]
+
+
+def exactly_one_of(a: str, a_type: str, b: str, b_type: str) -> dict:
+    """JSON schema: exactly one of properties `a` and `b` is given (and not null)."""
+    return {"oneOf": [{"required": [a], "properties": {a: {"type": a_type}}},
+                      {"required": [b], "properties": {b: {"type": b_type}}}]}
 
 
 class RouteRequest(BaseModel):
@@ -20,7 +37,7 @@ class RouteRequest(BaseModel):
     (maximise p - cost_weight * cost), `cheapest_within_margin` (the cheapest LLM whose p is
     within `margin` of the best); `budget` drops LLMs costing more."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one_of("query", "string", "queries", "array"))
     query: Query | None = None
     queries: list[Query] | None = Field(None, min_length=1, max_length=MAX_QUERIES)
     candidates: list[str] | None = Field(None, min_length=1)
@@ -38,7 +55,7 @@ class RouteRequest(BaseModel):
 
     @property
     def texts(self) -> list[str]:
-        return [self.query] if self.query is not None else list(self.queries)
+        return [q.strip(BLANK) for q in ([self.query] if self.query is not None else self.queries)]
 
 
 class ModelScore(BaseModel):
@@ -69,27 +86,33 @@ class ChatMessage(BaseModel):
     content: str | None = Field(None, max_length=MAX_QUERY_CHARS)
 
 
+USER_MESSAGE = {"type": "object", "required": ["role", "content"],
+                "properties": {"role": {"const": "user"}, "content": {"type": "string", "pattern": TEXT_PATTERN}}}
+
+
 class ChatRequest(BaseModel):
-    """OpenAI's chat-completions request shape; extra fields are passed upstream untouched."""
+    """OpenAI's chat-completions request shape; extra fields are passed upstream untouched. The
+    last user message with text is what is routed."""
 
     model_config = ConfigDict(extra="allow")
     model: str | None = None
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, json_schema_extra={"contains": USER_MESSAGE})
 
     @field_validator("messages")
     @classmethod
     def has_user_message(cls, messages):
-        if not any(m.role == "user" and m.content and m.content.strip() for m in messages):
+        if not any(m.role == "user" and m.content and m.content.strip(BLANK) for m in messages):
             raise ValueError("no user message with text content to route")
         return messages
 
     @property
     def last_user_text(self) -> str:
-        return next(m.content for m in reversed(self.messages) if m.role == "user" and m.content and m.content.strip())
+        return next(m.content.strip(BLANK) for m in reversed(self.messages)
+                    if m.role == "user" and m.content and m.content.strip(BLANK))
 
 
 class Response(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one_of("question_id", "string", "text", "string"))
     question_id: str | None = Field(None, min_length=1)
     text: Query | None = None
     label: float = Field(ge=0, le=1)
@@ -108,3 +131,69 @@ class OnboardRequest(BaseModel):
     promote: bool = False
     holdout: float = Field(0.2, ge=0, lt=1)
     suggest: int = Field(10, ge=0, le=1000)
+
+
+class OnboardResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str
+    responses: int
+    members: int
+    heldout: dict[str, float | int] | None = Field(None, description="quality on the held-back responses")
+    fit_seconds: float
+    next_questions: list[dict[str, str | float]] | None = None
+    version: int
+    based_on_version: int
+    promoted_to: str | None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    owned_by: str
+    registry_version: str
+    cost: float | None
+
+
+class ModelsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    space: str
+    alias: str
+    data: list[ModelCard]
+
+
+class RegistryState(BaseModel):
+    reachable: bool
+    error: str | None = Field(None, description="why the version that the alias points at is not the one serving "
+                                                "(the registry cannot be read, or that version was refused)")
+    seconds_since_check: float | None = None
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok", "degraded"] = Field(description="'degraded': serving the loaded version while the "
+                                                          "registry cannot be read")
+    space: str
+    llms: int
+    registry: RegistryState
+
+
+class ChatResponse(BaseModel):
+    """OpenAI's chat.completion shape (an upstream's answer passes through), plus `routing`."""
+    model_config = ConfigDict(extra="allow")
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[dict]
+    routing: dict
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: a one-line `error`, and for validation errors each problem in `detail`."""
+    error: str
+    detail: list[ErrorItem] | None = None
