@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import paths
+from . import logs, paths
 
 app = typer.Typer(help="JE-IRT for LLMs: embed LLMs and questions in one space, evaluate, route.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -29,12 +29,24 @@ EncoderOpt = typer.Option("all-MiniLM-L6-v2", "--encoder",
                                "or 'hashing' for the fast test encoder")
 
 
+@app.callback()
+def _options(ctx: typer.Context,
+             verbose: bool = typer.Option(False, "--verbose", "-v", help="also show Ray's, MLflow's and the other "
+                                          "libraries' log lines here (they always go to the log file)"),
+             debug: bool = typer.Option(False, "--debug", help="verbose, and show the traceback of a failure")):
+    """JE-IRT for LLMs: embed LLMs and questions in one space, evaluate, route."""
+    logs.setup(ctx.invoked_subcommand or "jeirt", verbose=verbose, debug=debug)
+
+
 @contextlib.contextmanager
 def _one_line(*errors: type[Exception], code: int = 1, prefix: str = ""):
-    """Expected failures (`errors`) end the command with one red line and exit `code`, no traceback."""
+    """Expected failures (`errors`) end the command with one red line and exit `code`, no traceback
+    (`jeirt --debug ...` shows it)."""
     try:
         yield
     except errors as e:
+        if logs.State.debug:
+            console.print_exception()
         console.print(f"[red]{prefix}{e}[/red]")
         raise typer.Exit(code)
 
@@ -564,5 +576,21 @@ def registry_promote(name: str, version: int, alias: str = typer.Option("champio
     console.print(f"models:/{name}@{alias} -> version {version}")
 
 
+def main() -> None:
+    """The `jeirt` entry point: expected failures that reach here (no Ray, an encoder that cannot
+    load, a missing registry entry) end with one line and the log file's path, no traceback."""
+    from .distributed import RayUnavailable
+    from .encoders.sentence import EncoderError
+    try:
+        app()
+    except (RayUnavailable, EncoderError, LookupError) as e:
+        if logs.State.debug:
+            raise
+        console.print(f"[red]{e}[/red]")
+        if logs.State.file is not None:
+            console.print(f"log: {logs.State.file}; `jeirt --debug ...` shows the traceback")
+        raise SystemExit(1)
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -94,8 +94,9 @@ class Registry:
         try:
             return self.client.get_registered_model(name)
         except MlflowException:
-            raise LookupError(f"no registered space named {name!r} in {self.tracking_uri}: register one with "
-                              f"`jeirt train --data DIR --register {name}` (or run `make demo` for 'demo')") from None
+            fix = "run `make demo`, or " if name == "demo" else ""
+            raise LookupError(f"no registered space named {name!r} in {self.tracking_uri}: {fix}register one with "
+                              f"`jeirt train --data DIR --register {name} --promote champion`") from None
 
     def resolve(self, uri: str):
         """The model version that `models:/<name>@<alias>` or `models:/<name>/<n>` points at; a

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -117,6 +118,8 @@ def test_first_contact_without_a_registered_space(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     r = runner.invoke(app, ["registry", "list", "demo"])
     assert r.exit_code == 1 and "no registered space named 'demo'" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["--debug", "registry", "list", "demo"])  # --debug: the traceback as well
+    assert r.exit_code == 1 and "Traceback" in r.output
     r = runner.invoke(app, ["registry", "promote", "demo", "1"])
     assert r.exit_code == 1 and "make demo" in " ".join(r.output.split())
     config = Path(__file__).resolve().parents[1] / "deployments" / "local.yaml"
@@ -152,3 +155,36 @@ def test_an_encoder_that_cannot_load_is_one_line(tmp_path, monkeypatch):
         r = runner.invoke(app, [*cmd, "--data", str(tmp_path / "d"), "--encoder", "no-such/encoder-xyz"])
         out = " ".join(r.output.split())
         assert r.exit_code == 2 and "cannot load encoder 'no-such/encoder-xyz'" in out and "hashing" in out, r.output
+
+
+def test_a_wrong_encoder_for_the_registered_space_is_refused_before_deploying(tmp_path, monkeypatch):
+    from pathlib import Path
+    monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    r = runner.invoke(app, ["train", "--encoder", "hashing", "--fixed", "--members", "1", "--register", "demo",
+                            "--promote", "champion"])
+    assert r.exit_code == 0, r.output
+    config = Path(__file__).resolve().parents[1] / "deployments" / "local.yaml"  # serves MiniLM
+    r = runner.invoke(app, ["serve", str(config), "--port", "1"])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 1 and "trained on encoder 'hashing-384'" in out and "set args.encoder" in out
+
+
+def test_ray_commands_are_quiet_and_keep_ray_lines_in_a_log_file(tmp_path):
+    """A real `jeirt` process (the terminal's file descriptors, not the test runner's): Ray's own
+    lines (its Python loggers and its C++ core's) go to the printed log file, unless --verbose."""
+    import os
+    import re
+    import subprocess
+    import sys
+    env = {**os.environ, "JEIRT_HOME": str(tmp_path)}
+    cmd = [sys.executable, "-m", "jeirt_ray.cli", "encode", "--encoder", "hashing", "--ray", "1"]
+    quiet = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    out = quiet.stdout + quiet.stderr
+    assert not re.search(r"INFO|WARNING|core_worker|\(pid=|Started a local Ray", out), out
+    log = Path(re.search(r"log lines: (\S+\.log)", quiet.stdout)[1])
+    assert "Started a local Ray instance" in log.read_text()
+    loud = subprocess.run([sys.executable, "-m", "jeirt_ray.cli", "--verbose", *cmd[3:]], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert loud.returncode == 0 and "Started a local Ray instance" in loud.stdout + loud.stderr

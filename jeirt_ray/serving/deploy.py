@@ -37,9 +37,11 @@ def check_port(config) -> None:
 
 
 def check_registry(config) -> None:
-    """Every application's space (`models:/<args.model>@<Router alias>`) must resolve before
-    anything deploys; a LookupError names the fix. Opening the registry here also creates a
-    local MLflow store once, so replicas never race to create its tables."""
+    """Every application's space (`models:/<args.model>@<Router alias>`) must resolve, and must
+    have been trained on the encoder that the config serves, before anything deploys; a
+    LookupError names the fix. Opening the registry here also creates a local MLflow store once,
+    so replicas never race to create its tables."""
+    from ..encoders import make_encoder
     from ..registry import Registry
     for app in config.applications:
         args = app.args or {}
@@ -47,7 +49,15 @@ def check_registry(config) -> None:
             continue
         router = next((d for d in app.deployments if d.name == "Router"), None)
         alias = ((router.user_config or {}) if router else {}).get("alias", "champion")
-        Registry(args.get("tracking_uri")).resolve(f"models:/{args['model']}@{alias}")
+        uri = f"models:/{args['model']}@{alias}"
+        version = Registry(args.get("tracking_uri")).resolve(uri)
+        trained_on = version.tags.get("encoder_id")
+        encoder = args.get("encoder", "all-MiniLM-L6-v2")
+        serves = make_encoder(encoder).encoder_id  # cheap: the weights load lazily
+        if trained_on and trained_on != serves:
+            raise LookupError(f"{uri} (version {version.version}) was trained on encoder {trained_on!r}, but the "
+                              f"config's args.encoder {encoder!r} is {serves!r}: set args.encoder to the "
+                              f"space's encoder, or train one on {encoder!r}")
 
 
 def deploy(config, timeout_s: float = 300) -> str:
