@@ -5,8 +5,9 @@ by `kubernetes-validate` (strict: unknown fields are errors); RayJob, RayService
 against the KubeRay CRDs' OpenAPI schemas, made strict the same way (an unknown field is an
 error; a required field that has a default may be omitted, as the API server fills it in);
 every Serve config against Ray's own ServeDeploySchema plus a check for unknown keys (which
-that schema silently ignores); and the Ray versions of pyproject.toml, the image and every
-manifest must agree. `jeirt k8s-check` runs them all.
+that schema silently ignores); the Ray versions of pyproject.toml, the image and every
+manifest must agree; and every pod runs hardened (`check_hardening`). `jeirt k8s-check` runs
+them all.
 """
 
 from __future__ import annotations
@@ -84,6 +85,49 @@ def validate_doc(doc: dict, crds: dict[tuple[str, str], dict]) -> list[str]:
     return []
 
 
+# ---- pod hardening ------------------------------------------------------------------------------
+RAY_WRITABLE = ("/tmp", "/dev/shm")  # Ray's session files and object store; the rest of / is read-only
+
+
+def pod_specs(doc: dict) -> dict[str, dict]:
+    """{where: pod spec} of every pod template in a manifest."""
+    spec, kind = doc.get("spec", {}), doc.get("kind")
+    if kind in ("Deployment", "StatefulSet", "Job", "DaemonSet"):
+        return {"spec.template.spec": spec.get("template", {}).get("spec", {})}
+    if kind not in CRD_KINDS:
+        return {}
+    key = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}.get(kind)
+    cluster, base = (spec.get(key, {}), f"spec.{key}") if key else (spec, "spec")
+    out = {f"{base}.headGroupSpec.template.spec": cluster.get("headGroupSpec", {}).get("template", {}).get("spec", {})}
+    for i, group in enumerate(cluster.get("workerGroupSpecs", [])):
+        out[f"{base}.workerGroupSpecs[{i}].template.spec"] = group.get("template", {}).get("spec", {})
+    return out
+
+
+def check_hardening(doc: dict) -> list[str]:
+    """Every pod runs as non-root with a read-only root filesystem, no privilege escalation and
+    no capabilities; Ray containers get writable emptyDirs at /tmp and /dev/shm."""
+    errors = []
+    for where, pod in pod_specs(doc).items():
+        if not (pod.get("securityContext") or {}).get("runAsNonRoot"):
+            errors.append(f"{where}.securityContext.runAsNonRoot: must be true")
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for i, c in enumerate(pod.get("containers", [])):
+            at, sc = f"{where}.containers[{i}]({c.get('name')})", c.get("securityContext") or {}
+            if sc.get("readOnlyRootFilesystem") is not True:
+                errors.append(f"{at}.securityContext.readOnlyRootFilesystem: must be true")
+            if sc.get("allowPrivilegeEscalation") is not False:
+                errors.append(f"{at}.securityContext.allowPrivilegeEscalation: must be false")
+            if "ALL" not in (sc.get("capabilities") or {}).get("drop", []):
+                errors.append(f"{at}.securityContext.capabilities.drop: must include ALL")
+            if doc.get("kind") in CRD_KINDS:
+                mounted = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+                for path in RAY_WRITABLE:
+                    if "emptyDir" not in volumes.get(mounted.get(path), {}):
+                        errors.append(f"{at}: Ray needs a writable emptyDir mounted at {path}")
+    return errors
+
+
 # ---- Serve configs ----------------------------------------------------------------------------
 def _model_in(annotation):
     """The pydantic model class inside an annotation like Optional[X], List[X], Union[dict, X]."""
@@ -155,7 +199,7 @@ def check_all(root: Path, crd_dir: Path) -> dict[str, list[str]]:
     for path in sorted((root / "k8s").glob("*.yaml")):
         for i, doc in enumerate(load_docs(path)):
             report[f"k8s/{path.name}#{i}:{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"] = \
-                validate_doc(doc, crds)
+                validate_doc(doc, crds) + check_hardening(doc)
     for path in sorted((root / "deployments").glob("*.yaml")):
         report[f"deployments/{path.name}"] = check_serve_config(yaml.safe_load(path.read_text()))
     versions = ray_versions(root)

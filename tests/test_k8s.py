@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jeirt_ray.manifests import check_all, check_serve_config, crd_schemas, load_docs, ray_versions, validate_doc
+from jeirt_ray.manifests import (check_all, check_hardening, check_serve_config, crd_schemas, load_docs,
+                                 pod_specs, ray_versions, validate_doc)
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = Path(os.environ.get("JEIRT_KUBERAY_CRDS", ROOT / ".." / "shared" / "kuberay-crds"))
@@ -86,3 +87,20 @@ def test_ray_versions_agree_and_a_mismatch_is_caught(tmp_path):
         report = check_all(tmp_path, CRDS)
         assert report["ray versions"] == ["k8s/ray-job.train.yaml:jeirt-train: Ray 2.59.0, but pyproject.toml pins 2.60.0"]
     assert ray_versions(tmp_path)["k8s/ray-job.train.yaml:jeirt-train"] == "2.59.0"
+
+
+def test_every_pod_is_hardened_and_a_regression_is_caught():
+    pods = 0
+    for path in sorted((ROOT / "k8s").glob("*.yaml")):
+        for doc in load_docs(path):
+            assert check_hardening(doc) == [], (path.name, check_hardening(doc))
+            pods += len(pod_specs(doc))
+    assert pods >= 12  # every head and worker group of the Ray manifests, MLflow and its database
+    doc = _doc("ray-service.router.yaml")
+    head = doc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    del head["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
+    head["securityContext"]["runAsNonRoot"] = False
+    head["containers"][0]["volumeMounts"] = [m for m in head["containers"][0]["volumeMounts"] if m["mountPath"] != "/tmp"]
+    errors = check_hardening(doc)
+    assert any("readOnlyRootFilesystem" in e for e in errors) and any("runAsNonRoot" in e for e in errors)
+    assert any("emptyDir mounted at /tmp" in e for e in errors)
