@@ -1,6 +1,7 @@
-"""Autoscaling, exercised: deployments/local.yaml with a small autoscaling config (fractional
-CPUs, so that it fits on two cores), driven over loopback until Serve adds Router and Encoder
-replicas, then left idle until it removes them (one Ray cluster for this module)."""
+"""Autoscaling, exercised: deployments/local.yaml as shipped (the encoder inside the Router
+replica) with a small autoscaling config (fractional CPUs, so that it fits on two cores), driven
+over loopback until Serve adds Router replicas (each with its encoder), then left idle until it
+removes them (one Ray cluster for this module)."""
 
 import os
 import socket
@@ -43,7 +44,7 @@ def service(tmp_path_factory, synthetic):
     app["args"]["encoder"] = "hashing"
     for d in app["deployments"]:
         d["ray_actor_options"]["num_cpus"] = 0.1
-        if d["name"] in ("Router", "Encoder"):
+        if d["name"] == "Router":
             d.pop("num_replicas", None)
             d["autoscaling_config"] = AUTOSCALING
     path = home / "autoscale.yaml"
@@ -62,7 +63,7 @@ def service(tmp_path_factory, synthetic):
 def _replicas() -> dict[str, int]:
     from ray import serve
     deployments = serve.status().applications["jeirt"].deployments
-    return {name: deployments[name].replica_states.get("RUNNING", 0) for name in ("Router", "Encoder")}
+    return {name: deployments[name].replica_states.get("RUNNING", 0) for name in ("Router",)}
 
 
 def _latency_ms(url: str, n: int = 30) -> float:
@@ -76,7 +77,7 @@ def _latency_ms(url: str, n: int = 30) -> float:
 
 
 def test_load_adds_replicas_and_idleness_removes_them(service):
-    assert _replicas() == {"Router": 1, "Encoder": 1}
+    assert _replicas() == {"Router": 1}
     before_ms = _latency_ms(service)
     stop, failed, sent = threading.Event(), [0], [0]
 
@@ -93,7 +94,7 @@ def test_load_adds_replicas_and_idleness_removes_them(service):
         t.start()
     up = {}
     try:
-        while len(up) < 2 and time.monotonic() - start < 120:
+        while len(up) < 1 and time.monotonic() - start < 120:
             for name, n in _replicas().items():
                 if n == 2 and name not in up:
                     up[name] = time.monotonic() - start
@@ -105,7 +106,7 @@ def test_load_adds_replicas_and_idleness_removes_them(service):
             t.join()
     idle = time.monotonic()
     down = {}
-    while len(down) < 2 and time.monotonic() - idle < 120:
+    while len(down) < 1 and time.monotonic() - idle < 120:
         for name, n in _replicas().items():
             if n == 1 and name not in down:
                 down[name] = time.monotonic() - idle
@@ -115,6 +116,6 @@ def test_load_adds_replicas_and_idleness_removes_them(service):
     print(f"autoscaling: up in {up} s under 16 clients ({sent[0]} requests, {failed[0]} failed; p50 {under_load_ms:.1f} "
           f"ms while loaded), down in {down} s once idle; p50 of one client {before_ms:.1f} ms before, "
           f"{after_ms:.1f} ms after")
-    assert set(up) == {"Router", "Encoder"}, f"not scaled up in 120 s: {_replicas()}"
-    assert set(down) == {"Router", "Encoder"}, f"not scaled down in 120 s: {_replicas()}"
+    assert set(up) == {"Router"}, f"not scaled up in 120 s: {_replicas()}"
+    assert set(down) == {"Router"}, f"not scaled down in 120 s: {_replicas()}"
     assert failed[0] == 0

@@ -96,7 +96,8 @@ def test_nearest_benchmark_of_training_questions(space, prep):
 
 
 @pytest.mark.parametrize("body, message", [
-    ({"query": "   "}, "at least 1 character"),
+    ({"query": ""}, "at least 1 character"),
+    ({"query": " \t "}, "should match pattern"),
     ({"query": "x" * 9000}, "at most 8000 characters"),
     ({"queries": ["q"] * 65}, "at most 64 items"),
     ({"query": "a", "queries": ["b"]}, "exactly one of 'query'"),
@@ -108,6 +109,45 @@ def test_nearest_benchmark_of_training_questions(space, prep):
 def test_route_request_validation(body, message):
     with pytest.raises(ValidationError, match=message):
         RouteRequest(**body)
+
+
+@pytest.mark.parametrize("body", [
+    {"query": "a"}, {"queries": ["a", "b"]}, {"query": "a", "queries": None}, {"query": " x "},
+    {"query": "a", "queries": ["b"]}, {}, {"query": None, "queries": None}, {"query": " "}, {"queries": []},
+])
+def test_the_published_schema_accepts_exactly_what_the_service_accepts(body):
+    """What a client generated from /openapi.json believes is what pydantic enforces."""
+    import jsonschema
+    from pydantic import TypeAdapter
+    schema = TypeAdapter(RouteRequest).json_schema(ref_template="#/$defs/{model}")
+    schema_ok = jsonschema.Draft202012Validator(schema).is_valid(body)
+    try:
+        RouteRequest(**body)
+        service_ok = True
+    except ValidationError:
+        service_ok = False
+    assert schema_ok == service_ok, body
+
+
+def test_the_encoder_thread_runs_with_the_configured_torch_threads():
+    """Ray sets OMP_NUM_THREADS to the replica's num_cpus, and torch's thread count is per calling
+    thread: the forward, in a worker thread, must set it itself."""
+    import asyncio
+
+    import torch
+
+    from jeirt_ray.serving.app import ThreadedEncoder
+    seen = []
+    enc = ThreadedEncoder("hashing", threads=2)
+    real = enc.encoder.encode
+    enc.encoder.encode = lambda texts: seen.append(torch.get_num_threads()) or real(texts)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = asyncio.run(enc.encode(["a question"]))
+    finally:
+        torch.set_num_threads(before)
+    assert out.shape == (1, 384) and seen == [2]
 
 
 @pytest.mark.parametrize("responses, message", [

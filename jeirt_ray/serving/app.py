@@ -25,7 +25,7 @@ import threading
 import time
 
 import numpy as np
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -41,22 +41,39 @@ log = logging.getLogger("jeirt.serve")
 TOKEN_ENV = "JEIRT_API_TOKEN"
 
 
+class ThreadedEncoder:
+    """An encoder whose forward runs in a worker thread (the event loop keeps taking requests,
+    and the next batch gathers while this one computes) with `threads` torch threads. Torch's
+    thread count is per calling thread under OpenMP, and Ray sets OMP_NUM_THREADS to the
+    replica's num_cpus, so it is set in the thread that runs the forward."""
+
+    def __init__(self, spec: str, threads: int | None):
+        self.encoder, self.threads = make_encoder(spec), threads
+        self.forward(["warm-up"])  # load the weights before the first request
+
+    def forward(self, texts: list[str]) -> np.ndarray:
+        if self.threads:
+            import torch
+            if torch.get_num_threads() != self.threads:
+                torch.set_num_threads(self.threads)
+        return self.encoder.encode(texts)
+
+    async def encode(self, texts: list[str]) -> np.ndarray:
+        return await asyncio.to_thread(self.forward, texts)
+
+
 @serve.deployment(name="Encoder")
 class Encoder:
     def __init__(self, encoder: str, threads: int | None = None):
-        if threads:  # Ray pins torch to the replica's num_cpus; a replica may use more threads
-            import torch
-            torch.set_num_threads(threads)
-        self.encoder = make_encoder(encoder)
-        self.encoder.encode(["warm-up"])  # load the weights before the first request
+        self.encoder = ThreadedEncoder(encoder, threads)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)  # no waiting alone; batches form under load
     async def encode(self, texts: list[str]) -> list[np.ndarray]:
-        return list(self.encoder.encode(texts))
+        return list(await self.encoder.encode(texts))
 
     async def encode_many(self, texts: list[str]) -> np.ndarray:
         """A request's own batch (e.g. onboarding by text) in one call."""
-        return self.encoder.encode(texts)
+        return await self.encoder.encode(texts)
 
 
 @serve.deployment(name="Onboarder")
@@ -194,8 +211,12 @@ bearer = HTTPBearer(auto_error=False, description=f"the token in the service's {
 @serve.ingress(api)
 class Router:
     def __init__(self, encoder, onboarder, model: str, encoder_id: str, tracking_uri: str | None = None,
-                 token_env: str = TOKEN_ENV):
-        self.encoder, self.onboarder = encoder, onboarder
+                 token_env: str = TOKEN_ENV, encoder_threads: int | None = None):
+        """`encoder`: the Encoder deployment's handle, or an encoder spec to run in this replica
+        (one process hop less per query; the Serve config's args.encoder_placement: router)."""
+        self.onboarder = onboarder
+        self.encoder = encoder if not isinstance(encoder, str) else None
+        self.inline = ThreadedEncoder(encoder, encoder_threads) if isinstance(encoder, str) else None
         self.source = SpaceSource(tracking_uri, encoder_id)
         self.settings = RouterSettings(model=model)
         self.core: RouterCore | None = None
@@ -223,11 +244,38 @@ class Router:
         self.settings = RouterSettings(model=old.model, **user_config)
         try:
             self._swap(force=True)
-        except Exception:
+        except Exception as e:
             if self.core is None:
-                raise  # nothing to keep serving: fail loudly at start-up
+                self._fall_back(e)  # a replica starting (scale-up, restart) while the alias's version is bad
+                return
             self.settings = old
             log.exception("new router settings rejected; still serving %s version %s", old.uri, self.version)
+
+    def _fall_back(self, error: Exception) -> None:
+        """Serve the newest registered version that loads and fits the encoder when the alias's
+        own cannot (reported in /health, and the alias keeps being watched); fail loudly when
+        none can or the registry cannot be read."""
+        try:
+            bad = self.source.resolve(self.settings)
+        except LookupError:  # no alias, or no registry: nothing to fall back on
+            raise error from None
+        for row in self.source.registry.versions(self.settings.model):  # newest first
+            version = str(row["version"])
+            if version == bad:
+                continue
+            try:
+                space = self.source.load(self.settings, version)
+            except Exception:
+                continue
+            with self.lock:
+                self.core = RouterCore(space, f"{self.settings.model}/{version}", self.settings.costs,
+                                       self.settings.default_policy)
+                self.version = self.source.version = version
+            self.registry_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            log.warning("%s (version %s) cannot serve (%s); serving version %s, the newest that can",
+                        self.settings.uri, bad, self.registry_error, version)
+            return
+        raise error
 
     def _swap(self, force: bool = False) -> None:
         # under a lock: Serve's local testing mode runs reconfigure concurrently with the first
@@ -242,6 +290,8 @@ class Router:
             self.version = version
 
     def _refresh(self) -> None:
+        if time.monotonic() - self.source.checked < self.settings.refresh_s:
+            return  # looked up recently: the last look-up's state stands
         try:
             self._swap()
             self.registry_error, self.registry_reachable = None, True
@@ -258,19 +308,37 @@ class Router:
             self._swap()
         return self.core
 
-    async def _route(self, body: RouteRequest) -> dict:
-        x = np.stack(await asyncio.gather(*(self.encoder.encode.remote(t) for t in body.texts)))
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)
+    async def _encode_inline(self, texts: list[str]) -> list[np.ndarray]:
+        return list(await self.inline.encode(texts))
+
+    async def _encode(self, texts: list[str]) -> np.ndarray:
+        if self.inline is not None:
+            return np.stack(await asyncio.gather(*(self._encode_inline(t) for t in texts)))
+        return np.stack(await asyncio.gather(*(self.encoder.encode.remote(t) for t in texts)))
+
+    async def _route(self, body: RouteRequest, timing: dict | None = None) -> dict:
+        start = time.perf_counter()
+        x = await self._encode(body.texts)
+        encoded = time.perf_counter()
         core = self._core()
         try:
             results = core.route(x, body)
         except RequestError as e:
             raise HTTPException(e.status, str(e))
+        if timing is not None:
+            timing.update(encode=encoded - start, route=time.perf_counter() - encoded)
         return RouteResponse(space=core.label, results=results).model_dump()
 
     # ---- HTTP ------------------------------------------------------------------------------------
     @api.post("/v1/route", response_model=RouteResponse, responses=ERRORS)
-    async def route(self, body: RouteRequest) -> dict:
-        return await self._route(body)
+    async def route(self, body: RouteRequest, response: Response = None) -> dict:
+        timing = {}
+        out = await self._route(body, timing)
+        if response is not None:  # None when called through a handle rather than HTTP
+            # where the time went, for clients and load tests (the standard Server-Timing header)
+            response.headers["Server-Timing"] = ", ".join(f"{k};dur={v * 1000:.2f}" for k, v in timing.items())
+        return out
 
     @api.post("/v1/chat/completions", response_model=ChatResponse,
               responses={**ERRORS, 502: {"model": ErrorBody, "description": "the upstream LLM failed"}})
@@ -309,7 +377,10 @@ class Router:
         if not hmac.compare_digest(given, self.token):  # constant time: the answer leaks no prefix
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
         texts = [r.text.strip(BLANK) for r in body.responses if r.text is not None]
-        vectors = await self.encoder.encode_many.remote(texts) if texts else None
+        vectors = None
+        if texts:
+            vectors = (await self.inline.encode(texts) if self.inline is not None
+                       else await self.encoder.encode_many.remote(texts))
         try:
             return await self.onboarder.onboard.remote(body.model_dump(), vectors)
         except Exception as e:
@@ -339,12 +410,20 @@ class Router:
 
 def build_app(args: dict):
     """Serve's application builder. args: model (registered name), encoder (spec),
-    encoder_threads (optional torch threads per encoder replica), tracking_uri (optional;
-    default MLFLOW_TRACKING_URI or the project's SQLite database)."""
+    encoder_threads (optional torch threads per encoder), encoder_placement ("deployment", the
+    default: an Encoder deployment of its own, scaled and placed apart, e.g. on GPUs; "router":
+    the encoder runs inside each Router replica, one process hop less per query, for one
+    machine), tracking_uri (optional; default MLFLOW_TRACKING_URI or the project's SQLite
+    database)."""
     if "model" not in args:
         raise ValueError("the Serve config's args must name the registered 'model'")
     encoder = args.get("encoder", "all-MiniLM-L6-v2")
+    placement = args.get("encoder_placement", "deployment")
+    if placement not in ("deployment", "router"):
+        raise ValueError(f"args.encoder_placement must be 'deployment' or 'router', not {placement!r}")
     encoder_id = make_encoder(encoder).encoder_id  # cheap: the weights load lazily
-    uri = args.get("tracking_uri")
-    return Router.bind(Encoder.bind(encoder, args.get("encoder_threads")),
-                       Onboarder.bind(args["model"], encoder_id, uri), args["model"], encoder_id, uri)
+    uri, threads = args.get("tracking_uri"), args.get("encoder_threads")
+    onboarder = Onboarder.bind(args["model"], encoder_id, uri)
+    if placement == "router":
+        return Router.bind(encoder, onboarder, args["model"], encoder_id, uri, encoder_threads=threads)
+    return Router.bind(Encoder.bind(encoder, threads), onboarder, args["model"], encoder_id, uri)
