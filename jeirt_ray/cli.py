@@ -342,11 +342,10 @@ def _report(data, encoder, seed, out, members, costs, studies):
     space = train_space(prep, members=members or JEIRT_MEMBERS)
     results = run_report(prep, space, out, seed=seed, studies=studies, costs=cost_array)
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        from mlflow import MlflowClient
-        client = MlflowClient()
-        exp = client.get_experiment_by_name("jeirt-reports")
-        run_id = client.create_run(exp.experiment_id if exp else client.create_experiment("jeirt-reports"),
-                                   run_name=f"report-{prep.data.name}").info.run_id
+        from .registry import Registry
+        reg = Registry()
+        client = reg.client
+        run_id = client.create_run(reg.experiment_id("jeirt-reports"), run_name=f"report-{prep.data.name}").info.run_id
         client.log_artifacts(run_id, str(out), artifact_path="report")
         client.set_terminated(run_id)
         console.print(f"logged to MLflow at {os.environ['MLFLOW_TRACKING_URI']}")

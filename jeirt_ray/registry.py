@@ -37,22 +37,22 @@ class Registry:
         mlflow.set_tracking_uri(self.tracking_uri)
         self.client = MlflowClient(self.tracking_uri)
 
-    def _experiment_id(self) -> str:
-        exp = self.client.get_experiment_by_name(EXPERIMENT)
+    def experiment_id(self, name: str = EXPERIMENT) -> str:
+        exp = self.client.get_experiment_by_name(name)
         if exp is not None:
             return exp.experiment_id
         if self.tracking_uri.startswith(("http://", "https://", "databricks")):
-            return self.client.create_experiment(EXPERIMENT)  # the server decides (e.g. --serve-artifacts)
-        # a local store: an explicit artifact location (the Default experiment's is relative to
-        # the first cwd)
+            return self.client.create_experiment(name)  # the server decides (e.g. --serve-artifacts)
+        # a local store: an explicit artifact location (MLflow's default is ./mlruns of whatever
+        # the working directory is)
         artifacts = (paths.home() / "mlartifacts").resolve()
-        return self.client.create_experiment(EXPERIMENT, artifact_location=artifacts.as_uri())
+        return self.client.create_experiment(name, artifact_location=artifacts.as_uri())
 
     def new_run(self, run_name: str, parent_run_id: str | None = None) -> str:
         """Create a run (nested under `parent_run_id` if given) that training can log into before
         `register` ends it; returns its id."""
         tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else None
-        return self.client.create_run(self._experiment_id(), run_name=run_name, tags=tags).info.run_id
+        return self.client.create_run(self.experiment_id(), run_name=run_name, tags=tags).info.run_id
 
     def register(self, space: Space, name: str, metrics: dict[str, float] | None = None,
                  run_id: str | None = None) -> int:
@@ -64,7 +64,7 @@ class Registry:
         # the client API, not mlflow.start_run: no process-wide active run or experiment to clash
         # with whatever else this process logged
         if run_id is None:
-            run_id = self.client.create_run(self._experiment_id(), run_name=f"register-{name}").info.run_id
+            run_id = self.client.create_run(self.experiment_id(), run_name=f"register-{name}").info.run_id
         params = {f"config.{k}": v for k, v in space.config.model_dump().items()}
         params |= {"encoder_id": space.encoder_id, "n_models": len(space.model_names), "members": len(space.members)}
         now = int(time.time() * 1000)
