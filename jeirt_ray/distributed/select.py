@@ -11,8 +11,6 @@ AUC, and is one MLflow run nested under the search's run. Nothing reads the test
 from __future__ import annotations
 
 import json
-import logging
-import os
 import time
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from ..model.modules import build_module
 from ..model.metrics import binary_metrics
 from ..model.train import Pairs, TrainConfig, fit, pair_logits
+from . import quiet_tune, trial_bar
 from ..selection import Domain, SearchSettings, base_config, default_trials, ensemble_members, search_space
 
 
@@ -107,9 +106,7 @@ def run_search(prep, kind: str, settings: SearchSettings, *, storage: str | Path
     "seconds", "storage", "mlflow_run_id"}. `space` replaces the default domains
     (selection.search_space). With `tracking_uri`, the search is an MLflow run and every
     finished trial a run nested under it."""
-    # quiet: no experiment box or per-trial table (the old reporter honours verbose=0), no INFO lines
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    logging.getLogger("ray.tune").setLevel(logging.WARNING)
+    quiet_tune()
     import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -145,7 +142,8 @@ def run_search(prep, kind: str, settings: SearchSettings, *, storage: str | Path
         tune_config=tune.TuneConfig(metric="val_loss", mode="min", scheduler=scheduler, num_samples=trials,
                                     search_alg=BasicVariantGenerator(random_state=settings.seed),
                                     reuse_actors=True),
-        run_config=tune.RunConfig(name="search", storage_path=str(storage), verbose=0, progress_reporter=None))
+        run_config=tune.RunConfig(name="search", storage_path=str(storage), verbose=0, progress_reporter=None,
+                                  callbacks=[trial_bar(trials, f"searching {kind}", progress)]))
     start = time.perf_counter()
     grid = tuner.fit()
     # finished trials wrote their record before their last report; the others ASHA stopped

@@ -77,6 +77,11 @@ class SweepConfig(BaseModel):
             raise ValueError(f"plot: {self.plot!r} is not a searched field ({sorted(self.search)})")
         return self
 
+    @property
+    def trials(self) -> int:
+        """Tune's trial count: num_samples times every grid's size."""
+        return self.num_samples * int(np.prod([len(d.grid) for d in self.search.values() if d.grid is not None]))
+
     @classmethod
     def from_yaml(cls, path: str | Path) -> "SweepConfig":
         path = Path(path)
@@ -139,6 +144,8 @@ def run_sweep(sweep: SweepConfig, prep, *, storage: str | Path, tracking_uri: st
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     from ..registry import Registry
+    from . import quiet_tune, trial_bar
+    quiet_tune()
 
     reg = Registry(tracking_uri)
     parent_run_id = reg.new_run(f"sweep-{sweep.name}")
@@ -163,7 +170,8 @@ def run_sweep(sweep: SweepConfig, prep, *, storage: str | Path, tracking_uri: st
         param_space={k: d.to_tune() for k, d in sweep.search.items()},
         tune_config=tune.TuneConfig(metric="val_loss", mode="min", scheduler=scheduler,
                                     num_samples=sweep.num_samples, max_concurrent_trials=sweep.max_concurrent),
-        run_config=tune.RunConfig(name="tune", storage_path=str(storage), verbose=1 if progress else 0))
+        run_config=tune.RunConfig(name="tune", storage_path=str(storage), verbose=0, progress_reporter=None,
+                                  callbacks=[trial_bar(sweep.trials, f"sweep {sweep.name}", progress)]))
     grid = tuner.fit()
     trials = []
     for r in grid:
