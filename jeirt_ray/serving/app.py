@@ -232,9 +232,9 @@ class Router:
 
     def _watch_alias(self) -> None:
         while True:
-            time.sleep(0.25)
+            time.sleep(self.settings.refresh_s)  # read each round: reconfigure may change it
             if self.core is not None:
-                self._refresh()  # a look-up at most every refresh_s (SpaceSource throttles)
+                self._refresh()
 
     # ---- the space and live settings -----------------------------------------------------------
     def reconfigure(self, user_config: dict) -> None:
@@ -268,9 +268,8 @@ class Router:
             except Exception:
                 continue
             with self.lock:
-                self.core = RouterCore(space, f"{self.settings.model}/{version}", self.settings.costs,
-                                       self.settings.default_policy)
-                self.version = self.source.version = version
+                self._serve(version, space)
+                self.source.version = version
             self.registry_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
             log.warning("%s (version %s) cannot serve (%s); serving version %s, the newest that can",
                         self.settings.uri, bad, self.registry_error, version)
@@ -281,17 +280,18 @@ class Router:
         # under a lock: Serve's local testing mode runs reconfigure concurrently with the first
         # request, and two loads must not interleave
         with self.lock:
-            changed = self.source.changed(self.settings, force=force)
+            changed = self.source.changed(self.settings)
             if changed is None and not force:
                 return
-            version, space = changed if changed else (self.version, self.core.space)
-            self.core = RouterCore(space, f"{self.settings.model}/{version}", self.settings.costs,
-                                   self.settings.default_policy)
-            self.version = version
+            self._serve(*(changed or (self.version, self.core.space)))
+
+    def _serve(self, version: str, space) -> None:
+        """Route with `space` (registered `version`) and the current settings (under the lock)."""
+        self.core = RouterCore(space, f"{self.settings.model}/{version}", self.settings.costs,
+                               self.settings.default_policy)
+        self.version = version
 
     def _refresh(self) -> None:
-        if time.monotonic() - self.source.checked < self.settings.refresh_s:
-            return  # looked up recently: the last look-up's state stands
         try:
             self._swap()
             self.registry_error, self.registry_reachable = None, True

@@ -144,7 +144,7 @@ class RegistryUnreachable(LookupError):
 
 
 class SpaceSource:
-    """Loads `models:/<name>@<alias>` and re-resolves the alias at most every `refresh_s`."""
+    """Loads `models:/<name>@<alias>`, and the version it points at when the alias moves."""
 
     def __init__(self, tracking_uri: str | None, encoder_id: str):
         from ..registry import Registry
@@ -169,12 +169,10 @@ class SpaceSource:
                              f"with {self.encoder_id!r}")
         return space
 
-    def changed(self, settings: RouterSettings, force: bool = False) -> tuple[str, Space] | None:
-        """(version, space) when the alias points somewhere new and that version loads; None otherwise."""
-        now = time.monotonic()
-        if not force and now - self.checked < settings.refresh_s:
-            return None
-        self.checked = now
+    def changed(self, settings: RouterSettings) -> tuple[str, Space] | None:
+        """Look the alias up: (version, space) when it points somewhere new and that version
+        loads; None when it has not moved."""
+        self.checked = time.monotonic()
         version = self.resolve(settings)
         if version == self.version:
             return None
