@@ -76,6 +76,33 @@ def _prepare(data: Optional[Path], encoder: str, seed: int):
         return prepare(d, make_encoder(encoder), seed=seed, cache_root=paths.cache_dir())
 
 
+FinetuneOpt = typer.Option(None, "--finetune", help="train the encoder's top K transformer layers end to end with "
+                           "the method (top-K, e.g. top-2, or all); the fine-tuned encoder is saved with the space")
+EncoderLrOpt = typer.Option(3e-5, "--encoder-lr", help="with --finetune: the encoder layers' learning rate")
+
+
+def _finetuned(d, encoder: str, kind: str, layers: str, encoder_lr: float, seed: int, fit_fn=None):
+    """Prepared data whose embeddings come from `encoder` fine-tuned end to end with a `kind`
+    head on the training questions (saved under $JEIRT_HOME/models/finetuned)."""
+    from .encoders.sentence import EncoderError
+    from .experiment import prepare_finetuned
+    from .model.finetune import FinetuneSettings, parse_layers
+    try:
+        settings = FinetuneSettings(layers=parse_layers(layers), encoder_lr=encoder_lr)
+    except ValueError as e:
+        console.print(f"[red]bad option:[/red] {str(e).splitlines()[0]}")
+        raise typer.Exit(2)
+    folder = paths.home() / "models" / "finetuned" / f"{d.name}-{kind}-{layers}-seed{seed}"
+    console.print(f"fine-tuning {encoder}'s {layers} layers with {kind} (encoder lr {encoder_lr:g}) into {folder}")
+    with _one_line(EncoderError, ValueError, code=2):
+        prep = prepare_finetuned(d, encoder, kind, settings, seed=seed, cache_root=paths.cache_dir(),
+                                 folder=folder, fit_fn=fit_fn)
+    f = prep.finetune
+    console.print(f"fine-tuned {f['layers']} of {f['of_layers']} layers: best validation loss {f['best_val_loss']:.4f} "
+                  f"at epoch {f['best_epoch']} ({f['train_seconds']:.0f} s; hidden states {f['hidden_state_seconds']:.0f} s)")
+    return prep
+
+
 def _results_table(results: dict, title: str) -> Table:
     table = Table(title=title)
     for col in ("method", "test acc", "AUC", "log-loss", "train s"):
@@ -129,13 +156,26 @@ def evaluate(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt,
              search: bool = SearchOpt, trials: Optional[int] = TrialsOpt, criterion: str = CriterionOpt,
              members: int = typer.Option(None, help="ensemble size: the best trials of a search (default 5), or "
                                                     "seeds of the fixed configuration (default 5)"),
+             finetune: Optional[str] = FinetuneOpt, encoder_lr: float = EncoderLrOpt,
              out: Optional[Path] = typer.Option(None, help="write the results as JSON here")):
-    """Train every method on one split by question (80/10/10) and compare them on the test set."""
+    """Train every method on one split by question (80/10/10) and compare them on the test set.
+    With --finetune, JE-IRT and MF each fine-tune their own copy of the encoder first (the same
+    way), and the other methods use the frozen encoder."""
     from .evaluation import JEIRT_MEMBERS, evaluate as run
     settings = _search_settings(search, trials, criterion, members)
     prep = _prepare(data, encoder, seed)
-    results = run(prep, [m.strip() for m in methods.split(",") if m.strip()], members=members or JEIRT_MEMBERS,
-                  train_seed=seed, **_search_kw(settings))
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    kw = {"members": members or JEIRT_MEMBERS, "train_seed": seed, **_search_kw(settings)}
+    results = {}
+    for name in names:
+        if finetune and name in ("jeirt", "mf"):
+            tuned = _finetuned(prep.data, encoder, name, finetune, encoder_lr, seed)
+            scored = run(tuned, [name], **kw)
+            scored[name]["train_seconds"] += tuned.finetune["hidden_state_seconds"] + tuned.finetune["train_seconds"]
+            scored[name]["finetune"] = tuned.finetune
+            results.update(scored)  # on SYNTHETIC data also `truth`, the same for every method
+        else:
+            results.update(run(prep, [name], **kw))
     title = f"{'SYNTHETIC ' if prep.data.synthetic else ''}{prep.data.name}, split by question, seed {seed}"
     console.print(_results_table(results, title))
     if out:
@@ -208,7 +248,8 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt,
           out: Optional[Path] = typer.Option(None, help="folder to save the space in "
                                                         "(default: $JEIRT_HOME/spaces/<data name>)"),
           register: Optional[str] = typer.Option(None, help="also register the space under this name in MLflow"),
-          promote: Optional[str] = typer.Option(None, help="with --register: point this alias at the new version")):
+          promote: Optional[str] = typer.Option(None, help="with --register: point this alias at the new version"),
+          finetune: Optional[str] = FinetuneOpt, encoder_lr: float = EncoderLrOpt):
     """Train a JE-IRT space and save it as safetensors + JSON: the ensemble of the best trials of a
     configuration search on Ray Tune (default), or the fixed configuration (--fixed) in this
     process or, with --workers N, on Ray Train."""
@@ -217,7 +258,13 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt,
         console.print("--workers trains the fixed configuration on Ray Train: searching is off (--fixed)")
         search = False
     settings = _search_settings(search, trials, criterion, members)
-    prep = _prepare(data, encoder, seed)
+    if finetune:
+        d = _load(data)
+        console.print(d.describe())
+        fitter = _ray_fitter(d.name, workers, gpus, None) if workers is not None else None
+        prep = _finetuned(d, encoder, "jeirt", finetune, encoder_lr, seed, fit_fn=fitter)
+    else:
+        prep = _prepare(data, encoder, seed)
     if settings is not None:
         from .evaluation import searched_space
         kw = _search_kw(settings)
@@ -306,7 +353,12 @@ def tune(config: Path = typer.Argument(..., help="a sweep YAML, e.g. tune_config
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(2)
     data = data or (Path(sweep.data) if sweep.data else None)
-    prep = _prepare(data, sweep.encoder, sweep.split_seed)
+    if sweep.finetune:
+        d = _load(data)
+        prep = _finetuned(d, sweep.encoder, sweep.base.get("kind", "jeirt"), sweep.finetune, sweep.encoder_lr,
+                          sweep.split_seed)
+    else:
+        prep = _prepare(data, sweep.encoder, sweep.split_seed)
     init_ray()
     summary = run_sweep(sweep, prep, storage=paths.home() / "tune", tracking_uri=default_tracking_uri(), out=out)
     table = Table(title=f"sweep {sweep.name} on {prep.data.name}")

@@ -26,9 +26,11 @@ def _space(prep: Prepared, members: list, configs: list[TrainConfig], metadata: 
     return Space(members, configs[0], prep.encoder_id, prep.X.shape[1], prep.data.models.tolist(),
                  prep.data.question_ids.tolist(),
                  metadata={"data": prep.data.name, "data_fingerprint": prep.data.fingerprint(),
-                           "split": {"kind": prep.split.kind, "seed": prep.split.seed}, **metadata},
+                           "split": {"kind": prep.split.kind, "seed": prep.split.seed},
+                           **({"finetune": prep.finetune} if prep.finetune else {}), **metadata},
                  question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist(),
-                 member_configs=configs if any(c != configs[0] for c in configs) else [])
+                 member_configs=configs if any(c != configs[0] for c in configs) else [],
+                 encoder_dir=prep.encoder_dir)
 
 
 def train_space(prep: Prepared, config: TrainConfig | None = None, members: int = JEIRT_MEMBERS, seed: int = 0,

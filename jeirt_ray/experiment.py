@@ -19,6 +19,8 @@ class Prepared:
     split: Split
     X: np.ndarray  # (Q, D) frozen encoder embeddings of every question
     encoder_id: str
+    encoder_dir: str | None = None  # a fine-tuned encoder's folder (prepare_finetuned)
+    finetune: dict | None = None  # how it was fine-tuned
 
     def pairs(self, part: str) -> Pairs:
         mask = dict(zip(("train", "val", "test"), self.split.masks(self.data)))[part]
@@ -38,6 +40,28 @@ def prepare(data: ResponseData, encoder: QuestionEncoder, *, seed: int = 0, spli
             cache_root: str | Path | None = None, progress: bool = True) -> Prepared:
     X = encode_cached(encoder, data.texts, cache_root, progress=progress)
     return Prepared(data, split or split_by_question(data, seed), X, encoder.encoder_id)
+
+
+def prepare_finetuned(data: ResponseData, base: str, kind: str, settings, *, seed: int = 0,
+                      split: Split | None = None, cache_root: str | Path | None, folder: str | Path,
+                      fit_fn=None, progress: bool = True) -> Prepared:
+    """Fine-tune the top layers of encoder `base` end to end with a `kind` head (JE-IRT or MF,
+    the fixed configuration) on the split's training questions, early-stopped on its validation
+    questions (model/finetune.py); then embed every question with the fine-tuned encoder."""
+    from .encoders import make_encoder
+    from .model.finetune import finetune_encoder
+    from .model.train import fit
+    from .selection import fixed_config
+    split = split or split_by_question(data, seed)
+    masks = dict(zip(("train", "val"), split.masks(data)[:2]))
+    pairs = {k: Pairs.from_numpy(data.q_idx[m], data.m_idx[m], data.labels[m]) for k, m in masks.items()}
+    tuned = finetune_encoder(base, [str(t) for t in data.texts], data.n_models, pairs["train"], pairs["val"],
+                             fixed_config(kind).model_copy(update={"seed": seed}), settings, folder, cache_root,
+                             fit_fn=fit_fn or fit, progress=progress)
+    prep = prepare(data, make_encoder(str(tuned.folder)), seed=seed, split=split, cache_root=cache_root,
+                   progress=progress)
+    prep.encoder_dir, prep.finetune = str(tuned.folder), tuned.report
+    return prep
 
 
 def pair_probs(prob_all: np.ndarray, rows: np.ndarray, pairs: Pairs) -> np.ndarray:

@@ -80,6 +80,7 @@ class Registry:
         except Exception:
             self.client.create_registered_model(name)
         tags = {"encoder_id": space.encoder_id, "data_fingerprint": space.metadata.get("data_fingerprint", "unknown"),
+                "own_encoder": str(space.encoder_dir is not None).lower(),
                 **{f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()}}
         version = self.client.create_model_version(name, source=f"{run.info.artifact_uri}/space",
                                                    run_id=run.info.run_id, tags=tags)
@@ -123,6 +124,25 @@ class Registry:
         rows = [{"version": int(v.version), "aliases": sorted(aliases.get(str(v.version), [])), "tags": dict(v.tags),
                  "source": v.source} for v in self.client.search_model_versions(f"name='{name}'")]
         return sorted(rows, key=lambda r: -r["version"])
+
+    def encoder_of(self, uri: str) -> tuple[str, str]:
+        """(`models:/<name>/<version>`, encoder id) of the encoder saved with the space that `uri`
+        points at now (a fine-tuned one); a LookupError naming the fix when it has none."""
+        version = self.resolve(uri)
+        if version.tags.get("own_encoder") != "true":
+            raise LookupError(f"{uri} (version {version.version}) has no encoder of its own: it was trained on the "
+                              f"shared encoder {version.tags.get('encoder_id')!r}; set args.encoder to that encoder")
+        name = _URI.match(uri)["name"]
+        return f"models:/{name}/{version.version}", version.tags["encoder_id"]
+
+    def download_encoder(self, uri: str) -> Path:
+        """The local folder of the encoder saved with the space at `uri`."""
+        pinned, _ = self.encoder_of(uri)
+        version = self.resolve(pinned)
+        try:
+            return Path(self.mlflow.artifacts.download_artifacts(artifact_uri=f"{version.source}/encoder"))
+        except Exception as e:
+            raise LookupError(f"cannot download the encoder of {pinned} from {self.tracking_uri}: {e}") from e
 
     def load(self, uri: str) -> Space:
         """`models:/<name>@<alias>` or `models:/<name>/<version>` -> the saved Space."""

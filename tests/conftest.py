@@ -23,3 +23,31 @@ def shared_dataset(name: str) -> Path:
 def synthetic():
     from jeirt_ray.data.synthetic import generate
     return generate(n_models=16, n_questions=600, seed=0)
+
+
+def make_tiny_encoder(folder: Path) -> Path:
+    """A 2-layer, 32-wide BERT sentence-transformers folder (random weights, a small word vocab),
+    built offline: fine-tuning and serving tests need a real transformer, not a large one."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+    words = ("the a of to and in is what which how many answer question model number value code "
+             "math science history law physics chemistry sum total cost if then return def").split()
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *"abcdefghijklmnopqrstuvwxyz0123456789",
+             *(f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz0123456789")]
+    hf = folder / "hf"
+    hf.mkdir(parents=True, exist_ok=True)
+    (hf / "vocab.txt").write_text("\n".join(vocab))
+    BertTokenizerFast(vocab_file=str(hf / "vocab.txt")).save_pretrained(str(hf))
+    import torch
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=128)).save_pretrained(str(hf))
+    transformer = models.Transformer(str(hf), max_seq_length=64)
+    st = SentenceTransformer(modules=[transformer, models.Pooling(32, "mean"), models.Normalize()], device="cpu")
+    st.save(str(folder / "st"), create_model_card=False)
+    return folder / "st"
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory) -> Path:
+    return make_tiny_encoder(tmp_path_factory.mktemp("tiny-encoder"))

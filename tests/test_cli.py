@@ -188,3 +188,25 @@ def test_ray_commands_are_quiet_and_keep_ray_lines_in_a_log_file(tmp_path):
     loud = subprocess.run([sys.executable, "-m", "jeirt_ray.cli", "--verbose", *cmd[3:]], capture_output=True,
                           text=True, env=env, timeout=300)
     assert loud.returncode == 0 and "Started a local Ray instance" in loud.stdout + loud.stderr
+
+
+def test_finetune_options(tmp_path, monkeypatch, tiny_encoder):
+    """`--finetune top-K` through evaluate (JE-IRT and MF each fine-tune their copy) and train
+    (the saved space carries its encoder); a bad value is one line naming the accepted forms."""
+    monkeypatch.setenv("JEIRT_HOME", str(tmp_path / "home"))
+    r = runner.invoke(app, ["data", "synth", "--out", str(tmp_path / "d"), "--models", "6", "--questions", "160"])
+    assert r.exit_code == 0, r.output
+    common = ["--data", str(tmp_path / "d"), "--encoder", str(tiny_encoder), "--fixed", "--members", "1"]
+    r = runner.invoke(app, ["evaluate", *common, "--methods", "jeirt,mf,majority", "--finetune", "top-1",
+                            "--out", str(tmp_path / "res.json")])
+    assert r.exit_code == 0, r.output
+    res = json.loads((tmp_path / "res.json").read_text())
+    assert res["jeirt"]["finetune"]["kind"] == "jeirt" and res["mf"]["finetune"]["kind"] == "mf"
+    assert "finetune" not in res["majority"]
+    r = runner.invoke(app, ["train", *common, "--finetune", "all", "--out", str(tmp_path / "space")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "space" / "encoder" / "model.safetensors").exists()
+    r = runner.invoke(app, ["train", *common, "--finetune", "top-9"])
+    assert r.exit_code == 2 and "has 2 transformer layers" in " ".join(r.output.split())  # rich wraps lines
+    r = runner.invoke(app, ["train", *common, "--finetune", "lots"])
+    assert r.exit_code == 2 and "top-K" in r.output

@@ -10,6 +10,7 @@ checkpoint. `num_workers=0` is Train's local mode: the same function in this pro
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -23,6 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..model.modules import build_module
+from ..model.token_states import TokenStates
 from ..model.train import FitResult, Pairs, TrainConfig, TrainState, fit
 
 
@@ -102,16 +104,18 @@ def train_loop(cfg: dict) -> None:
 
     fit(cfg["X"], cfg["n_models"], Pairs.from_numpy(*cfg["train"]), Pairs.from_numpy(*cfg["val"]), config,
         progress=cfg["progress"] and cfg["local_dir"] is not None,  # a bar only in local mode (a terminal)
-        on_epoch=on_epoch, resume=resume, rank=rank, world=world,
+        module=cfg["module"], on_epoch=on_epoch, resume=resume, rank=rank, world=world,
         wrap=ray.train.torch.prepare_model if world > 1 else None, device=device)
 
 
-def ray_fit(X: np.ndarray, n_models: int, train: Pairs, val: Pairs, config: TrainConfig, *, workers: int = 2,
-            use_gpu: bool = False, storage: str | Path, name: str, max_failures: int = 3,
+def ray_fit(X: np.ndarray | TokenStates, n_models: int, train: Pairs, val: Pairs, config: TrainConfig, *,
+            workers: int = 2, use_gpu: bool = False, storage: str | Path, name: str, max_failures: int = 3,
             mlflow: dict | None = None, metric_prefix: str = "", report_every_s: float = 2.0,
-            callbacks: list | None = None, progress: bool = True) -> FitResult:
+            callbacks: list | None = None, progress: bool = True, module: torch.nn.Module | None = None) -> FitResult:
     """Run `fit` on a Ray Train TorchTrainer and return the best weights like `fit` does.
 
+    `module`: an untrained module to train instead of the one `config` builds (e.g. an
+    encoder top with its head, model/finetune.py, with X its TokenStates); every worker gets a copy.
     `mlflow` = {"tracking_uri", "run_id"}: rank 0 logs every epoch's metrics into that run.
     `callbacks`: Ray Train callbacks (Tune's TuneReportCallback when run as a trial).
     """
@@ -124,7 +128,8 @@ def ray_fit(X: np.ndarray, n_models: int, train: Pairs, val: Pairs, config: Trai
         logging.getLogger("ray.train").setLevel(logging.WARNING)  # no "Reported metrics" line per epoch
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config={"X": np.asarray(X, dtype=np.float32), "n_models": n_models,
+        train_loop_config={"X": X if isinstance(X, TokenStates) else np.asarray(X, dtype=np.float32),
+                           "n_models": n_models, "module": module,
                            "train": (train.q.numpy(), train.m.numpy(), train.y.numpy()),
                            "val": (val.q.numpy(), val.m.numpy(), val.y.numpy()),
                            "config": config.model_dump(), "use_gpu": use_gpu, "mlflow": mlflow,
@@ -139,7 +144,8 @@ def ray_fit(X: np.ndarray, n_models: int, train: Pairs, val: Pairs, config: Trai
         raise RuntimeError(f"Ray Train run {name!r} finished without a checkpoint (error: {result.error})")
     with result.checkpoint.as_directory() as d:
         state = load_state(d)
-    module = build_module(config.kind, X.shape[1], n_models, **config.model_dump(exclude={"kind"}))
+    module = copy.deepcopy(module) if module is not None else \
+        build_module(config.kind, X.shape[1], n_models, **config.model_dump(exclude={"kind"}))
     module.load_state_dict(state.best_model)
     return FitResult(module.eval(), state.best_val_loss, state.best_epoch, len(state.history),
                      time.perf_counter() - start, state.seconds_to_best, state.history,
@@ -156,9 +162,10 @@ class RayFitter:
         self.workers, self.storage, self.prefix, self.use_gpu, self.mlflow = workers, storage, prefix, use_gpu, mlflow
         self.calls = 0
 
-    def __call__(self, X, n_models, train, val, config: TrainConfig, progress: bool = True) -> FitResult:
+    def __call__(self, X, n_models, train, val, config: TrainConfig, progress: bool = True,
+                 module: torch.nn.Module | None = None) -> FitResult:
         self.calls += 1
-        name = f"{self.prefix}-{config.kind}-seed{config.seed}-{self.calls}"
+        name = f"{self.prefix}-{config.kind}{'-finetune' if module is not None else ''}-seed{config.seed}-{self.calls}"
         return ray_fit(X, n_models, train, val, config, workers=self.workers, use_gpu=self.use_gpu,
                        storage=self.storage, name=name, mlflow=self.mlflow, metric_prefix=f"fit{self.calls}.",
-                       progress=progress)
+                       progress=progress, module=module)

@@ -5,6 +5,8 @@ The YAML grammar (validated by `SweepConfig`; unknown keys are errors):
     name: smoke                 # names the sweep's MLflow run and its folder
     data: null                  # dataset folder; null: the embedded SYNTHETIC dataset
     encoder: hashing            # as `--encoder` elsewhere
+    finetune: null              # top-K or all: fine-tune the encoder end to end first (as `jeirt
+    encoder_lr: 3.0e-5          #   train --finetune`), then sweep the heads on its embeddings
     split_seed: 0               # the split by question (80/10/10)
     workers: 1                  # Ray Train workers per trial (each trial is one TorchTrainer)
     gpus: false                 # one GPU per worker
@@ -51,6 +53,8 @@ class SweepConfig(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     data: str | None = None
     encoder: str = "all-MiniLM-L6-v2"
+    finetune: str | None = Field(None, pattern=r"^(top-[1-9][0-9]*|all)$")
+    encoder_lr: float = Field(3e-5, gt=0)
     split_seed: int = 0
     workers: int = Field(1, ge=1)
     gpus: bool = False
@@ -202,8 +206,11 @@ def run_sweep(sweep: SweepConfig, prep, *, storage: str | Path, tracking_uri: st
         # do, so serving can onboard by question id and name a query's nearest benchmark
         space = dataclasses.replace(
             Space.load(best["space_dir"]), question_ids=prep.data.question_ids.tolist(),
-            question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist())
+            question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist(),
+            encoder_dir=prep.encoder_dir)
         space.metadata["data_fingerprint"] = prep.data.fingerprint()
+        if prep.finetune:
+            space.metadata["finetune"] = prep.finetune
         summary["registered_version"] = reg.register(space, sweep.register_as, {
             "best_val_loss": best["val_loss"], "test_accuracy": best["test_accuracy"]}, run_id=best["mlflow_run_id"])
     (out / f"{sweep.name}.json").write_text(json.dumps(summary, indent=1, default=str))

@@ -49,10 +49,22 @@ def resolve(name_or_path: str) -> tuple[str, str]:
         return (str(path) if path else mpnet.OFFICIAL_NAME), f"st:{mpnet.OFFICIAL_NAME}"
     p = Path(name_or_path)
     if p.exists():
+        # by content where the weights are safetensors, so that a folder saved with a space (a
+        # fine-tuned encoder) has the same id wherever it is downloaded to
         weights = p / "model.safetensors"
-        tag = _sha256(weights)[:16] if weights.exists() else p.resolve().name
-        return str(p), f"st-path:{p.resolve().name}:{tag}"
+        return str(p), f"st-path:{_sha256(weights)[:16]}" if weights.exists() else f"st-path:{p.resolve().name}"
     return name_or_path, f"st:{name_or_path}"
+
+
+PRECISIONS = ("fp32", "int8", "bf16", "fp16")
+
+
+def split_precision(spec: str) -> tuple[str, str]:
+    """'all-MiniLM-L6-v2+int8' -> ('all-MiniLM-L6-v2', 'int8'); no suffix: fp32."""
+    name, plus, precision = spec.rpartition("+")
+    if plus and precision in PRECISIONS:
+        return name, precision
+    return spec, "fp32"
 
 
 class EncoderError(RuntimeError):
@@ -60,12 +72,22 @@ class EncoderError(RuntimeError):
 
 
 class SentenceTransformerEncoder:
+    """`precision`: fp32 (default); int8, dynamic int8 quantisation of the Linear layers for CPUs
+    (checked against fp32 when loaded, refused where it distorts the vectors; figures in
+    docs/finetune.md); bf16 or fp16 for GPUs. The cache id names the precision, so the vectors of
+    each are cached apart."""
+
     def __init__(self, name_or_path: str = DEFAULT_ENCODER, device: str | None = None,
-                 normalize: bool = True):
+                 normalize: bool = True, precision: str = "fp32"):
+        if precision not in PRECISIONS:
+            raise EncoderError(f"unknown encoder precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
         self.source, self.encoder_id = resolve(name_or_path)
+        if precision != "fp32":
+            self.encoder_id += f"+{precision}"
         self.name = name_or_path
         self.device = device
         self.normalize = normalize
+        self.precision = precision
         self._model = None
 
     @property
@@ -79,6 +101,7 @@ class SentenceTransformerEncoder:
                                    f"have it or cannot be reached ({str(e).splitlines()[0]}); offline, use "
                                    f"{DEFAULT_ENCODER} (bundled), all-mpnet-base-v2 (`make mpnet`), a "
                                    f"sentence-transformers folder, or hashing") from e
+            self._model = _with_precision(self._model, self.precision)
         return self._model
 
     @property
@@ -91,3 +114,37 @@ class SentenceTransformerEncoder:
         vecs = self.model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True,
                                  normalize_embeddings=self.normalize, show_progress_bar=False)
         return np.asarray(vecs, dtype=np.float32)
+
+
+# what the int8 check encodes both ways: question-like texts of a few kinds and lengths
+PROBES = ["What is the capital of Australia?",
+          "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
+          "clips did Natalia sell altogether in April and May?",
+          "Which of the following best describes the role of the Federal Reserve? Options: A. setting fiscal "
+          "policy B. conducting monetary policy C. collecting taxes D. regulating trade",
+          "def f(s):\n    return s[::-1] + s\nassert f('ab') == ??",
+          "Write a short poem about the sea in the style of Emily Dickinson."]
+INT8_MIN_COSINE = 0.95
+
+
+def _with_precision(model, precision: str):
+    import torch
+    if precision == "int8":
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+        if model.device.type != "cpu":
+            raise EncoderError("int8 encoding is for CPUs; on a GPU use +bf16 or +fp16")
+        ref = model.encode(PROBES, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+        # dynamic quantisation: int8 weights per output channel, activations quantised per
+        # batch; no calibration data
+        quantized = quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+        got = quantized.encode(PROBES, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+        worst = float(np.min(np.sum(ref * got, 1)))
+        # some models have activation outliers that per-batch int8 cannot carry (all-mpnet-base-v2:
+        # cosine about 0.6 to its fp32 vectors); refuse them rather than cache wrong vectors
+        if worst < INT8_MIN_COSINE:
+            raise EncoderError(f"int8 quantisation does not preserve this encoder (cosine {worst:.3f} to fp32 on "
+                               f"the probe texts, below {INT8_MIN_COSINE}): drop the +int8")
+        return quantized
+    if precision in ("bf16", "fp16"):
+        return model.to(torch.bfloat16 if precision == "bf16" else torch.float16)
+    return model

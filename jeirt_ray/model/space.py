@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,9 @@ class Space:
     # one configuration per member when the members differ (an ensemble of searched trials);
     # empty: every member has `config`
     member_configs: list[TrainConfig] = field(default_factory=list)
+    # the space's own encoder (a fine-tuned sentence-transformers folder, model/finetune.py),
+    # saved with it as `encoder/`; None: encoder_id names a shared encoder
+    encoder_dir: str | None = None
 
     @property
     def kind(self) -> str:
@@ -97,6 +101,8 @@ class Space:
         if self.question_embeddings is not None:
             save_file({"embeddings": torch.as_tensor(np.ascontiguousarray(self.question_embeddings, dtype=np.float32))},
                       str(d / "questions.safetensors"))
+        if self.encoder_dir and Path(self.encoder_dir).resolve() != (d / "encoder").resolve():
+            shutil.copytree(self.encoder_dir, d / "encoder", dirs_exist_ok=True)
         if self.routing:
             save_numpy({k: np.ascontiguousarray(v) for k, v in self.routing.items()}, str(d / "routing.safetensors"))
         (d / "space.json").write_text(json.dumps({
@@ -131,4 +137,4 @@ class Space:
         return cls(members, config, meta["encoder_id"], meta["in_dim"], meta["model_names"],
                    meta.get("question_ids", []), meta.get("metadata", {}), embeddings,
                    meta.get("question_benchmarks", []), load_numpy(str(routing)) if routing.exists() else {},
-                   member_configs)
+                   member_configs, str(d / "encoder") if (d / "encoder").is_dir() else None)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from .modules import build_module
+from .token_states import TokenStates
 
 
 class TrainConfig(BaseModel):
@@ -113,7 +114,8 @@ class QuestionBatcher:
 def pair_logits(module: torch.nn.Module, X: torch.Tensor, pairs: Pairs, chunk: int = 8192) -> torch.Tensor:
     """Logits of the given pairs, running the text side once per distinct question."""
     module.eval()
-    dev = X.device
+    dev = X.states.device if isinstance(X, TokenStates) else X.device
+    chunk = min(chunk, getattr(X, "eval_chunk", chunk))
     uq, local = torch.unique(pairs.q, return_inverse=True)
     out = torch.empty(len(pairs), device=dev)
     # batch by questions to bound memory
@@ -173,7 +175,9 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
         device: str | torch.device = "cpu") -> FitResult:
     """Train with AdamW and early stopping on validation loss; return the best weights.
 
-    `X` holds the frozen encoder embedding of every question (indexed by the pairs' q). For data
+    `X` holds the frozen encoder embedding of every question (indexed by the pairs' q), or their
+    token hidden states (TokenStates) for a module that fine-tunes the encoder's top
+    (finetune.FineTuned, whose `param_groups` give the encoder its own learning rate). For data
     parallel training, `wrap` wraps the module (DDP) and `rank`/`world` give this worker its
     share of every batch (see QuestionBatcher); every worker computes the same validation loss,
     so all of them stop at the same epoch. `on_epoch(row, snapshot)` receives each epoch's
@@ -182,12 +186,15 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
     """
     torch.manual_seed(config.seed)
     device = torch.device(device)
-    X = _as_tensor(X, torch.float32).to(device)
+    X = X.to(device) if isinstance(X, TokenStates) else _as_tensor(X, torch.float32).to(device)
     if module is None:
         module = build_module(config.kind, X.shape[1], n_models, **config.model_dump(exclude={"kind"}))
     module.to(device)
     gen = torch.Generator().manual_seed(config.seed)
-    opt = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    params = module.param_groups(config.lr) if hasattr(module, "param_groups") else module.parameters()
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    for group in opt.param_groups:
+        group["initial_lr"] = group["lr"]  # each group's own peak, for the cosine schedule
     if resume is not None:
         module.load_state_dict(resume.model)
         opt.load_state_dict(resume.optimizer)
@@ -215,12 +222,14 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
             break  # a resumed run that had already run out of patience
         if config.schedule == "cosine":  # per epoch, so a resumed run needs no scheduler state
             for group in opt.param_groups:
-                group["lr"] = 0.5 * config.lr * (1 + math.cos(math.pi * epoch / config.max_epochs))
+                group["lr"] = 0.5 * group["initial_lr"] * (1 + math.cos(math.pi * epoch / config.max_epochs))
         net.train()
         total, n = 0.0, 0
         for qb, local, m, y in batcher.batches(config.question_batch, gen, rank, world):
             y = y.to(device)
-            loss = F.binary_cross_entropy_with_logits(net(X[qb.to(device)], local.to(device), m.to(device)), y)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):  # bf16 on GPUs
+                logits = net(X[qb.to(device)], local.to(device), m.to(device))
+            loss = F.binary_cross_entropy_with_logits(logits.float(), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

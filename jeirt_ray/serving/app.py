@@ -47,7 +47,10 @@ class ThreadedEncoder:
     thread count is per calling thread under OpenMP, and Ray sets OMP_NUM_THREADS to the
     replica's num_cpus, so it is set in the thread that runs the forward."""
 
-    def __init__(self, spec: str, threads: int | None):
+    def __init__(self, spec: str, threads: int | None, tracking_uri: str | None = None):
+        if spec.startswith("models:/"):  # the encoder saved with a registered (fine-tuned) space
+            from ..registry import Registry
+            spec = str(Registry(tracking_uri).download_encoder(spec))
         self.encoder, self.threads = make_encoder(spec), threads
         self.forward(["warm-up"])  # load the weights before the first request
 
@@ -64,8 +67,8 @@ class ThreadedEncoder:
 
 @serve.deployment(name="Encoder")
 class Encoder:
-    def __init__(self, encoder: str, threads: int | None = None):
-        self.encoder = ThreadedEncoder(encoder, threads)
+    def __init__(self, encoder: str, threads: int | None = None, tracking_uri: str | None = None):
+        self.encoder = ThreadedEncoder(encoder, threads, tracking_uri)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)  # no waiting alone; batches form under load
     async def encode(self, texts: list[str]) -> list[np.ndarray]:
@@ -216,7 +219,7 @@ class Router:
         (one process hop less per query; the Serve config's args.encoder_placement: router)."""
         self.onboarder = onboarder
         self.encoder = encoder if not isinstance(encoder, str) else None
-        self.inline = ThreadedEncoder(encoder, encoder_threads) if isinstance(encoder, str) else None
+        self.inline = ThreadedEncoder(encoder, encoder_threads, tracking_uri) if isinstance(encoder, str) else None
         self.source = SpaceSource(tracking_uri, encoder_id)
         self.settings = RouterSettings(model=model)
         self.core: RouterCore | None = None
@@ -409,7 +412,9 @@ class Router:
 
 
 def build_app(args: dict):
-    """Serve's application builder. args: model (registered name), encoder (spec),
+    """Serve's application builder. args: model (registered name), encoder (spec; or a registry
+    URI such as models:/<model>@champion: the fine-tuned encoder saved with that space, pinned to
+    the version the alias points at when the application is built),
     encoder_threads (optional torch threads per encoder), encoder_placement ("deployment", the
     default: an Encoder deployment of its own, scaled and placed apart, e.g. on GPUs; "router":
     the encoder runs inside each Router replica, one process hop less per query, for one
@@ -421,9 +426,13 @@ def build_app(args: dict):
     placement = args.get("encoder_placement", "deployment")
     if placement not in ("deployment", "router"):
         raise ValueError(f"args.encoder_placement must be 'deployment' or 'router', not {placement!r}")
-    encoder_id = make_encoder(encoder).encoder_id  # cheap: the weights load lazily
     uri, threads = args.get("tracking_uri"), args.get("encoder_threads")
+    if encoder.startswith("models:/"):
+        from ..registry import Registry
+        encoder, encoder_id = Registry(uri).encoder_of(encoder)
+    else:
+        encoder_id = make_encoder(encoder).encoder_id  # cheap: the weights load lazily
     onboarder = Onboarder.bind(args["model"], encoder_id, uri)
     if placement == "router":
         return Router.bind(encoder, onboarder, args["model"], encoder_id, uri, encoder_threads=threads)
-    return Router.bind(Encoder.bind(encoder, threads), onboarder, args["model"], encoder_id, uri)
+    return Router.bind(Encoder.bind(encoder, threads, uri), onboarder, args["model"], encoder_id, uri)

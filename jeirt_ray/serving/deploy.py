@@ -50,14 +50,20 @@ def check_registry(config) -> None:
         router = next((d for d in app.deployments if d.name == "Router"), None)
         alias = ((router.user_config or {}) if router else {}).get("alias", "champion")
         uri = f"models:/{args['model']}@{alias}"
-        version = Registry(args.get("tracking_uri")).resolve(uri)
+        registry = Registry(args.get("tracking_uri"))
+        version = registry.resolve(uri)
         trained_on = version.tags.get("encoder_id")
         encoder = args.get("encoder", "all-MiniLM-L6-v2")
-        serves = make_encoder(encoder).encoder_id  # cheap: the weights load lazily
+        if encoder.startswith("models:/"):  # a registered space's own (fine-tuned) encoder
+            serves = registry.encoder_of(encoder)[1]
+        else:
+            serves = make_encoder(encoder).encoder_id  # cheap: the weights load lazily
         if trained_on and trained_on != serves:
+            fix = (f"set args.encoder to {uri} (the space carries its fine-tuned encoder)"
+                   if version.tags.get("own_encoder") == "true" else
+                   f"set args.encoder to the space's encoder, or train one on {encoder!r}")
             raise LookupError(f"{uri} (version {version.version}) was trained on encoder {trained_on!r}, but the "
-                              f"config's args.encoder {encoder!r} is {serves!r}: set args.encoder to the "
-                              f"space's encoder, or train one on {encoder!r}")
+                              f"config's args.encoder {encoder!r} is {serves!r}: {fix}")
 
 
 def deploy(config, timeout_s: float = 300) -> str:
