@@ -576,6 +576,57 @@ def data_check(data: Path = typer.Argument(..., help="dataset folder")):
     console.print(d.describe())
 
 
+@data_app.command("import")
+def data_import(fmt: str = typer.Argument(..., metavar="FORMAT", help="harness (lm-evaluation-harness samples, "
+                                          "JSONL or Parquet), helm (HELM run folders) or pyirt (py-irt JSONL)"),
+                src: Path = typer.Argument(..., help="a folder (or, for pyirt, a .jsonl file)"),
+                out: Path = typer.Option(..., help="folder for questions.parquet, responses.parquet and "
+                                                    "import_report.json"),
+                metric: list[str] = typer.Option([], help="harness: TASK=METRIC, the label of a task (repeatable; "
+                                                          "default: the first of acc, exact_match, pass@1, ...); "
+                                                          "helm: METRIC (default exact_match)"),
+                filter_: list[str] = typer.Option([], "--filter", help="harness: TASK=FILTER (default none, else "
+                                                                       "strict-match, else the first by name)"),
+                text_field: Optional[str] = typer.Option(None, help="harness: a field of `doc` as the question "
+                                                                    "text (default: the prompt without few-shot "
+                                                                    "examples)"),
+                texts: Optional[Path] = typer.Option(None, help="pyirt: question texts (question_id, text "
+                                                                "[, benchmark]; CSV or Parquet)"),
+                names: Optional[Path] = typer.Option(None, help="model-name mapping (YAML {name: canonical} or "
+                                                                "CSV name,canonical)")):
+    """Import per-question results from lm-evaluation-harness, HELM or py-irt into the long format."""
+    from .data import DataError
+    from .data.importers import HarnessOptions, import_results, read_mapping
+
+    def pairs(values: list[str], option: str) -> dict[str, str]:
+        bad = [v for v in values if "=" not in v]
+        if bad:
+            console.print(f"[red]bad option {option} {bad[0]!r}:[/red] expected TASK=NAME")
+            raise typer.Exit(2)
+        return dict(v.split("=", 1) for v in values)
+
+    harness = HarnessOptions(metrics=pairs(metric, "--metric") if fmt == "harness" else {},
+                             filters=pairs(filter_, "--filter"), text_field=text_field)
+    helm_metric = metric[0] if fmt == "helm" and metric else None
+    try:
+        mapping = read_mapping(names) if names else None
+        data, report = import_results(fmt, src, harness=harness, metric=helm_metric, texts=texts, mapping=mapping)
+    except DataError as e:
+        console.print(f"[red]bad input:[/red] {e}")
+        raise typer.Exit(2)
+    data.save(out)
+    (out / "import_report.json").write_text(json.dumps(report, indent=1))
+    console.print(f"imported {data.describe()} from {report['files']} file(s) to {out}")
+    if report["skipped"]:
+        console.print(f"[yellow]skipped {len(report['skipped'])} item(s)[/yellow] (all in {out / 'import_report.json'}):")
+        for line in report["skipped"][:10]:
+            console.print(f"  {line}", markup=False, highlight=False)
+    if report["near_duplicate_model_names"]:
+        groups = report["near_duplicate_model_names"]
+        console.print(f"[yellow]{len(groups)} group(s) of model names that may be one LLM[/yellow] (merge them with "
+                      f"--names FILE): " + "; ".join(" = ".join(g) for g in groups[:5]), highlight=False)
+
+
 @data_app.command("synth")
 def data_synth(out: Path = typer.Option(..., help="folder to write questions/responses Parquet to"),
                models: int = 24, questions: int = 1200, seed: int = 0):

@@ -171,10 +171,17 @@ def load_embedllm(directory: str | Path, duplicates: DuplicateRule = "mean") -> 
 
 
 def load_data(path: str | Path, *, embedllm_duplicates: DuplicateRule = "mean") -> ResponseData:
-    """Load a dataset folder in whichever supported format it holds."""
+    """Load a dataset folder in whichever supported format it holds: the long format, the
+    EmbedLLM CSVs, or (imported on the fly with the default choices of data/importers.py)
+    lm-evaluation-harness samples or HELM runs."""
     d = Path(path)
     if (d / "train.csv").exists() and not any(d.glob("questions.*")):
         return load_embedllm(d, embedllm_duplicates)
+    if d.is_dir() and not any(d.glob("questions.*")):
+        from .importers import detect_format, import_results
+        fmt = detect_format(d)
+        if fmt is not None:
+            return import_results(fmt, d, progress=False)[0]
     return load_long_format(d)
 
 
