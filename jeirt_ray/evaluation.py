@@ -30,7 +30,7 @@ def _space(prep: Prepared, members: list, configs: list[TrainConfig], metadata: 
                            **({"finetune": prep.finetune} if prep.finetune else {}), **metadata},
                  question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist(),
                  member_configs=configs if any(c != configs[0] for c in configs) else [],
-                 encoder_dir=prep.encoder_dir)
+                 encoder_dir=prep.encoder_dir, question_texts=prep.data.texts.tolist())
 
 
 def train_space(prep: Prepared, config: TrainConfig | None = None, members: int = JEIRT_MEMBERS, seed: int = 0,

@@ -207,7 +207,7 @@ def run_sweep(sweep: SweepConfig, prep, *, storage: str | Path, tracking_uri: st
         space = dataclasses.replace(
             Space.load(best["space_dir"]), question_ids=prep.data.question_ids.tolist(),
             question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist(),
-            encoder_dir=prep.encoder_dir)
+            encoder_dir=prep.encoder_dir, question_texts=prep.data.texts.tolist())
         space.metadata["data_fingerprint"] = prep.data.fingerprint()
         if prep.finetune:
             space.metadata["finetune"] = prep.finetune

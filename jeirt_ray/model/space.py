@@ -46,6 +46,9 @@ class Space:
     # the space's own encoder (a fine-tuned sentence-transformers folder, model/finetune.py),
     # saved with it as `encoder/`; None: encoder_id names a shared encoder
     encoder_dir: str | None = None
+    # the training questions' texts (aligned with question_ids), for the web explorer's map;
+    # saved as question_texts.parquet
+    question_texts: list[str] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -103,6 +106,10 @@ class Space:
                       str(d / "questions.safetensors"))
         if self.encoder_dir and Path(self.encoder_dir).resolve() != (d / "encoder").resolve():
             shutil.copytree(self.encoder_dir, d / "encoder", dirs_exist_ok=True)
+        if self.question_texts:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+            pq.write_table(pa.table({"text": [str(t) for t in self.question_texts]}), d / "question_texts.parquet")
         if self.routing:
             save_numpy({k: np.ascontiguousarray(v) for k, v in self.routing.items()}, str(d / "routing.safetensors"))
         (d / "space.json").write_text(json.dumps({
@@ -137,4 +144,12 @@ class Space:
         return cls(members, config, meta["encoder_id"], meta["in_dim"], meta["model_names"],
                    meta.get("question_ids", []), meta.get("metadata", {}), embeddings,
                    meta.get("question_benchmarks", []), load_numpy(str(routing)) if routing.exists() else {},
-                   member_configs, str(d / "encoder") if (d / "encoder").is_dir() else None)
+                   member_configs, str(d / "encoder") if (d / "encoder").is_dir() else None,
+                   _read_texts(d / "question_texts.parquet"))
+
+
+def _read_texts(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    import pyarrow.parquet as pq
+    return pq.read_table(path).column("text").to_pylist()

@@ -23,11 +23,12 @@ import math
 import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -35,10 +36,22 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..encoders import make_encoder
 from .router import Conflict, NotFound, RegistryUnreachable, RequestError, RouterCore, RouterSettings, SpaceSource
 from .schemas import (BLANK, MAX_BODY_BYTES, MAX_ONBOARD_BODY_BYTES, ChatRequest, ChatResponse, ErrorBody, HealthResponse,
-                      ModelsResponse, OnboardRequest, OnboardResponse, RouteRequest, RouteResponse)
+                      LLMsResponse, MapResponse, ModelsResponse, OnboardRequest, OnboardResponse, RouteRequest,
+                      RouteResponse)
 
 log = logging.getLogger("jeirt.serve")
 TOKEN_ENV = "JEIRT_API_TOKEN"
+STATIC = Path(__file__).with_name("static")
+
+
+def static_files() -> dict[str, Path]:
+    """The explorer's files, served at /static/<name>: its own, and plotly.js as the Python
+    package `plotly` ships it (no request leaves the machine)."""
+    import importlib.resources
+    files = {p.name: p for p in STATIC.iterdir() if p.suffix in (".js", ".css")}
+    plotly = importlib.resources.files("plotly") / "package_data" / "plotly.min.js"
+    files["plotly.min.js"] = Path(str(plotly))
+    return files
 
 
 class ThreadedEncoder:
@@ -228,6 +241,7 @@ class Router:
         self.token = token.encode() if token else None
         self.token_env = token_env
         self.lock = threading.Lock()
+        self.explored: dict = {}  # (space label, "map" | "llms") -> the explorer's JSON for that version
         self.registry_error: str | None = None  # why the alias's version is not the one serving, if so
         self.registry_reachable = True
         # the alias is re-resolved off the request path: a slow or locked registry never delays a query
@@ -401,6 +415,53 @@ class Router:
                 "data": [{"id": n, "object": "model", "owned_by": "jeirt", "registry_version": self.version,
                           "cost": None if core.costs is None else float(core.costs[i])}
                          for i, n in enumerate(core.names)]}
+
+    # ---- the web explorer ----------------------------------------------------------------------
+    def _explore(self, what: str) -> tuple[str, dict]:
+        """The explorer's JSON for the serving version, computed once per version."""
+        from .explorer import llm_table, space_map
+        core = self._core()
+        key = (core.label, what)
+        if key not in self.explored:
+            result = (space_map if what == "map" else llm_table)(core.space)
+            self.explored = {k: v for k, v in self.explored.items() if k[0] == core.label}
+            self.explored[key] = result
+        return core.label, self.explored[key]
+
+    async def _explored(self, what: str) -> tuple[str, dict]:
+        try:
+            return await asyncio.to_thread(self._explore, what)
+        except (ValueError, TypeError) as e:  # no stored questions; not a JE-IRT space
+            raise HTTPException(409, f"the served space cannot be explored: {e}")
+
+    @api.get("/v1/explore/map", response_model=MapResponse, responses={409: ERRORS[409], 500: ERRORS[500]})
+    async def explore_map(self) -> dict:
+        """The map: question directions in 2-D (PCA), coloured by benchmark, with the LLM vectors."""
+        label, data = await self._explored("map")
+        return {"space": label, **data}
+
+    @api.get("/v1/explore/llms", response_model=LLMsResponse, responses={409: ERRORS[409], 500: ERRORS[500]})
+    async def explore_llms(self) -> dict:
+        """Each LLM's predicted accuracy per benchmark, onboarded LLMs marked, and the registry's versions."""
+        label, data = await self._explored("llms")
+        try:
+            rows = await asyncio.to_thread(self.source.registry.versions, self.settings.model)
+            versions = [{"version": r["version"], "aliases": r["aliases"]} for r in rows]
+        except Exception:  # the table does not need the registry; say so with null
+            versions = None
+        return {"space": label, **data, "versions": versions}
+
+    @api.get("/", include_in_schema=False)
+    async def page(self) -> HTMLResponse:
+        return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))
+
+    @api.get("/static/{name}", include_in_schema=False)
+    async def static(self, name: str) -> FileResponse:
+        path = static_files().get(name)
+        if path is None:
+            raise HTTPException(404, f"no static file {name!r}")
+        media = "text/css" if name.endswith(".css") else "text/javascript"
+        return FileResponse(path, media_type=media, headers={"Cache-Control": "max-age=3600"})
 
     @api.get("/health", response_model=HealthResponse, responses={500: ERRORS[500]})
     async def health(self) -> dict:

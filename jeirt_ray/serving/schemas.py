@@ -197,3 +197,55 @@ class ErrorBody(BaseModel):
     """Every error answer: a one-line `error`, and for validation errors each problem in `detail`."""
     error: str
     detail: list[ErrorItem] | None = None
+
+
+# ---- the web explorer's JSON (serving/explorer.py computes it) -----------------------------------
+
+class MapPoints(BaseModel):
+    x: list[float]
+    y: list[float]
+    benchmark: list[str]
+    difficulty: list[float] = Field(description="||E_Q|| of each question")
+    question_id: list[str]
+    text: list[str] | None = Field(None, description="the question texts (cut to 300 characters), where the space stores them")
+
+
+class MapLLMs(BaseModel):
+    name: list[str]
+    x: list[float]
+    y: list[float]
+
+
+class Histogram(BaseModel):
+    edges: list[float]
+    counts: list[int]
+
+
+class MapResponse(BaseModel):
+    space: str
+    projection: str
+    explained_variance: list[float]
+    questions_total: int
+    questions_shown: int
+    sampling: str
+    benchmarks: list[str]
+    points: MapPoints
+    llms: MapLLMs
+    difficulty_histogram: Histogram
+
+
+class RegistryVersion(BaseModel):
+    version: int
+    aliases: list[str]
+
+
+class LLMsResponse(BaseModel):
+    space: str
+    benchmarks: list[str]
+    llms: list[str]
+    accuracy: list[list[float]] = Field(description="(LLMs x benchmarks) predicted accuracy: the mean predicted "
+                                                    "probability over the benchmark's training questions")
+    overall: list[float]
+    onboarded: list[bool]
+    versions: list[RegistryVersion] | None = Field(None, description="the registry's versions of this space, "
+                                                                     "newest first (null when the registry cannot be read)")

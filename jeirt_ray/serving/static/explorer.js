@@ -1,0 +1,217 @@
+// The web explorer: Route, Map and LLMs views of the served space, from the service's own JSON
+// endpoints (POST /v1/route, GET /v1/models, /v1/explore/map, /v1/explore/llms). Plain JS, and
+// plotly.js as the Python package ships it: nothing is fetched from outside this service.
+"use strict";
+
+// Okabe-Ito: distinguishable with the common colour-vision deficiencies; marker symbols repeat
+// the distinction when there are more benchmarks than colours
+const COLOURS = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000"];
+const SYMBOLS = ["circle", "square", "triangle-up", "cross", "x", "star"];
+const state = { models: null, map: null, llms: null };
+const $ = (id) => document.getElementById(id);
+
+async function getJSON(url, body) {
+  const r = await fetch(url, body === undefined ? {} : {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const data = await r.json();
+  if (!r.ok) throw new Error(data.error || `${url} answered ${r.status}`);
+  return data;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  for (const c of children) node.append(c);
+  return node;
+}
+
+// ---- tabs (arrow keys move between them, as the ARIA tabs pattern has it) ----------------------
+const TABS = ["route", "map", "llms"];
+function select(name) {
+  for (const t of TABS) {
+    const on = t === name;
+    $(`tab-${t}`).setAttribute("aria-selected", on);
+    $(`tab-${t}`).tabIndex = on ? 0 : -1;
+    $(`panel-${t}`).hidden = !on;
+  }
+  $(`tab-${name}`).focus();
+  if (name === "map") showMap();
+  if (name === "llms") showLLMs();
+}
+for (const t of TABS) {
+  $(`tab-${t}`).addEventListener("click", () => select(t));
+  $(`tab-${t}`).addEventListener("keydown", (e) => {
+    const i = TABS.indexOf(t);
+    if (e.key === "ArrowRight") select(TABS[(i + 1) % TABS.length]);
+    if (e.key === "ArrowLeft") select(TABS[(i + TABS.length - 1) % TABS.length]);
+  });
+}
+
+// ---- Route -------------------------------------------------------------------------------------
+function policies() {
+  const withCosts = state.models && state.models.data.some((m) => m.cost !== null);
+  return ["tuned", "most_likely", ...(withCosts ? ["cost_weighted", "cheapest_within_margin"] : [])];
+}
+
+async function route(event) {
+  event.preventDefault();
+  $("route-error").textContent = "";
+  const queries = $("query").value.split("\n").map((q) => q.trim()).filter((q) => q);
+  if (!queries.length) { $("route-error").textContent = "Type a question first."; return; }
+  const policy = $("policy").value;
+  const out = $("route-results");
+  out.replaceChildren(el("p", {}, "routing…"));
+  try {
+    const main = await getJSON("/v1/route", { queries, policy });
+    const others = {};
+    for (const p of policies().filter((p) => p !== policy)) {
+      others[p] = (await getJSON("/v1/route", { queries, policy: p })).results;
+    }
+    out.replaceChildren();
+    main.results.forEach((r, i) => out.append(renderResult(r, i, queries[i], others)));
+  } catch (e) {
+    out.replaceChildren();
+    $("route-error").textContent = e.message;
+  }
+}
+
+function renderResult(r, i, query, others) {
+  const box = el("div", { class: "result", "data-query": i });
+  box.append(el("p", { class: "pick" }, `${query.slice(0, 120)} → `,
+    el("strong", { class: "chosen", "data-query": i }, r.chosen),
+    ` (p = ${r.p_correct.toFixed(3)}, policy ${r.policy})`));
+  const facts = [`difficulty ||E_Q|| = ${r.difficulty.toFixed(2)}`];
+  if (r.nearest_benchmark) facts.push(`nearest benchmark: ${r.nearest_benchmark}`);
+  if (r.expected_cost !== null) facts.push(`expected cost: ${r.expected_cost}`);
+  for (const [p, rs] of Object.entries(others)) facts.push(`under ${p}: ${rs[i].chosen}`);
+  box.append(el("p", { class: "facts" }, facts.join(" · ")));
+  const bars = el("div", { class: "plot", id: `bars-${i}`, role: "img",
+    "aria-label": `probability of a correct answer for each LLM; highest ${r.scores[0].model}` });
+  const hist = el("div", { class: "plot", id: `difficulty-${i}`, role: "img",
+    "aria-label": `this question's difficulty ${r.difficulty.toFixed(2)} among the training questions'` });
+  box.append(el("div", { class: "two" }, bars, hist));
+  requestAnimationFrame(() => {
+    const s = [...r.scores].reverse();
+    Plotly.newPlot(bars, [{ type: "bar", orientation: "h", x: s.map((m) => m.p_correct), y: s.map((m) => m.model),
+      marker: { color: s.map((m) => (m.model === r.chosen ? "#D55E00" : "#0072B2")) } }],
+      { margin: { l: 170, r: 10, t: 25, b: 35 }, title: { text: "P(correct) per LLM", font: { size: 13 } },
+        xaxis: { range: [0, 1] }, height: Math.max(300, 16 * s.length) }, { displayModeBar: false, responsive: true });
+    drawDifficulty(hist, r.difficulty);
+  });
+  return box;
+}
+
+async function drawDifficulty(node, value) {
+  const map = await loadMap().catch(() => null);
+  if (!map) return;
+  const h = map.difficulty_histogram;
+  const mids = h.counts.map((_, k) => (h.edges[k] + h.edges[k + 1]) / 2);
+  Plotly.newPlot(node, [{ type: "bar", x: mids, y: h.counts, marker: { color: "#999" }, name: "training questions" }],
+    { margin: { l: 45, r: 10, t: 25, b: 35 }, title: { text: "difficulty among training questions", font: { size: 13 } },
+      shapes: [{ type: "line", x0: value, x1: value, yref: "paper", y0: 0, y1: 1, line: { color: "#D55E00", width: 3 } }],
+      showlegend: false }, { displayModeBar: false, responsive: true });
+}
+
+// ---- Map ---------------------------------------------------------------------------------------
+function loadMap() {
+  if (!state.map) state.map = getJSON("/v1/explore/map");
+  return state.map;
+}
+
+async function showMap() {
+  let map;
+  try { map = await loadMap(); } catch (e) { $("map-note").textContent = e.message; return; }
+  if ($("map-plot").dataset.drawn === map.space) return;
+  $("map-note").textContent = `${map.projection}; ${map.sampling} (of ${map.questions_total}); ` +
+    `${map.benchmarks.length} benchmarks; axes explain ${(100 * map.explained_variance[0]).toFixed(0)}% and ` +
+    `${(100 * map.explained_variance[1]).toFixed(0)}% of the directions' variance. Hover or click a point.`;
+  const p = map.points;
+  const traces = map.benchmarks.map((b, k) => {
+    const rows = p.benchmark.flatMap((x, i) => (x === b ? [i] : []));
+    return { type: "scattergl", mode: "markers", name: b, x: rows.map((i) => p.x[i]), y: rows.map((i) => p.y[i]),
+      customdata: rows.map((i) => [i, p.difficulty[i]]),
+      text: rows.map((i) => (p.text ? p.text[i].slice(0, 120) : p.question_id[i])),
+      hovertemplate: "%{text}<br>difficulty %{customdata[1]:.2f}<extra>" + b + "</extra>",
+      marker: { size: 5, opacity: 0.7, color: COLOURS[k % COLOURS.length],
+        symbol: SYMBOLS[Math.floor(k / COLOURS.length) % SYMBOLS.length] } };
+  });
+  traces.push({ type: "scatter", mode: "markers+text", name: "LLMs", x: map.llms.x, y: map.llms.y,
+    text: map.llms.name, textposition: "top center", textfont: { size: 9 },
+    marker: { symbol: "diamond", size: 9, color: "#000" }, hovertemplate: "%{text}<extra>LLM vector</extra>" });
+  await Plotly.newPlot("map-plot", traces, { margin: { l: 40, r: 10, t: 10, b: 40 }, legend: { itemsizing: "constant" },
+    xaxis: { title: "PC 1" }, yaxis: { title: "PC 2" } }, { responsive: true });
+  $("map-plot").dataset.drawn = map.space;
+  $("map-plot").on("plotly_click", (ev) => pointDetail(map, ev.points[0]));
+}
+
+async function pointDetail(map, pt) {
+  if (!Array.isArray(pt.customdata)) return;  // an LLM, not a question
+  const i = pt.customdata[0];
+  const p = map.points;
+  const text = p.text ? p.text[i] : null;
+  const box = $("map-detail");
+  box.replaceChildren(el("p", {}, el("strong", {}, p.benchmark[i]), ` · ${p.question_id[i]} · difficulty ${p.difficulty[i].toFixed(2)}`),
+    el("p", {}, text || "(the space stores no question texts)"));
+  if (!text) return;
+  try {
+    const r = (await getJSON("/v1/route", { query: text, policy: "most_likely", top_k: 8 })).results[0];
+    box.append(el("p", {}, "most likely to answer: " + r.scores.map((s) => `${s.model} ${s.p_correct.toFixed(2)}`).join(", ")));
+  } catch (e) { box.append(el("p", { class: "error" }, e.message)); }
+}
+
+// ---- LLMs --------------------------------------------------------------------------------------
+async function showLLMs() {
+  let t;
+  try { t = await getJSON("/v1/explore/llms"); } catch (e) { $("llms-note").textContent = e.message; return; }
+  state.llms = t;
+  const n = t.onboarded.filter((x) => x).length;
+  $("llms-note").textContent = `${t.llms.length} LLMs (${n} onboarded) on ${t.benchmarks.length} benchmarks, space ${t.space}.`;
+  const table = $("llm-table");
+  table.querySelectorAll("thead, tbody").forEach((x) => x.remove());
+  const head = el("tr", {}, el("th", { scope: "col" }, "LLM"), el("th", { scope: "col" }, "overall"),
+    ...t.benchmarks.map((b) => el("th", { scope: "col" }, b)));
+  const body = el("tbody");
+  const order = t.llms.map((_, i) => i).sort((a, b) => t.overall[b] - t.overall[a]);
+  for (const i of order) {
+    body.append(el("tr", t.onboarded[i] ? { class: "onboarded" } : {}, el("td", {}, t.llms[i]),
+      el("td", {}, t.overall[i].toFixed(3)), ...t.accuracy[i].map((v) => el("td", {}, v.toFixed(3)))));
+  }
+  table.append(el("thead", {}, head), body);
+  Plotly.newPlot("heatmap", [{ type: "heatmap", z: order.map((i) => t.accuracy[i]), x: t.benchmarks,
+    y: order.map((i) => t.llms[i] + (t.onboarded[i] ? " *" : "")), colorscale: "Cividis", zmin: 0, zmax: 1,
+    colorbar: { title: { text: "predicted accuracy" } } }],
+  { margin: { l: 190, r: 10, t: 10, b: 120 }, yaxis: { autorange: "reversed" } }, { responsive: true });
+  for (const id of ["cmp-a", "cmp-b"]) {
+    $(id).replaceChildren(...order.map((i) => el("option", { value: i }, t.llms[i])));
+  }
+  if (order.length > 1) $("cmp-b").value = order[1];
+  compare();
+  $("versions").replaceChildren(...(t.versions || []).map((v) =>
+    el("li", {}, `version ${v.version}${v.aliases.length ? " @" + v.aliases.join(", @") : ""}`)));
+  if (t.versions === null) $("versions").append(el("li", {}, "the registry cannot be read right now"));
+}
+
+function compare() {
+  const t = state.llms;
+  if (!t) return;
+  const a = Number($("cmp-a").value), b = Number($("cmp-b").value);
+  const rows = t.benchmarks.map((bench, k) => {
+    const d = t.accuracy[a][k] - t.accuracy[b][k];
+    const better = Math.abs(d) < 0.005 ? "level" : (d > 0 ? t.llms[a] : t.llms[b]);
+    return el("li", {}, `${bench}: ${better} (${t.accuracy[a][k].toFixed(3)} vs ${t.accuracy[b][k].toFixed(3)})`);
+  });
+  $("compare").replaceChildren(el("ul", {}, ...rows));
+}
+
+// ---- start ---------------------------------------------------------------------------------------
+$("route-form").addEventListener("submit", route);
+$("cmp-a").addEventListener("change", compare);
+$("cmp-b").addEventListener("change", compare);
+getJSON("/v1/models").then((m) => {
+  state.models = m;
+  $("space").textContent = `space ${m.space} (@${m.alias}), ${m.data.length} LLMs`;
+  for (const option of $("policy").options) {
+    option.disabled = !policies().includes(option.value);
+  }
+}).catch((e) => { $("space").textContent = e.message; });
+loadMap().catch(() => {});  // warm: the difficulty chart and the map come from it
