@@ -31,9 +31,10 @@ def dataset_path(data: str | None, default: str) -> Path:
     return path
 
 
-def write_json(out: str, payload: dict) -> None:
+def write_json(out: str, payload: dict, quiet: bool = False) -> None:
     payload = {**payload, "machine": {"python": platform.python_version(), "torch": torch.__version__,
                                       "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine()}}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(payload, indent=1))
-    print(json.dumps(payload, indent=1))
+    if not quiet:
+        print(json.dumps(payload, indent=1))

@@ -1,4 +1,6 @@
+import contextlib
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,39 @@ def make_tiny_encoder(folder: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_encoder(tmp_path_factory) -> Path:
     return make_tiny_encoder(tmp_path_factory.mktemp("tiny-encoder"))
+
+
+@contextlib.contextmanager
+def registry_env(home: Path, token: str | None = None):
+    """A registry (SQLite) and JEIRT_HOME under `home`, and optionally the API token, for the
+    duration; set before a module's Ray cluster starts, so that Serve replicas inherit them."""
+    keys = ("MLFLOW_TRACKING_URI", "JEIRT_HOME", "JEIRT_API_TOKEN")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}", JEIRT_HOME=str(home))
+    if token:
+        os.environ["JEIRT_API_TOKEN"] = token
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_serve_config(path: Path, edit=None, **args) -> Path:
+    """deployments/local.yaml with `args` merged into the application's args, a free port, and
+    `edit(app)` applied to the application (deployments, user_config); written to `path`."""
+    import yaml
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "deployments" / "local.yaml").read_text())
+    app = raw["applications"][0]
+    app["args"].update(args)
+    if edit:
+        edit(app)
+    raw["http_options"]["port"] = free_port()
+    path.write_text(yaml.safe_dump(raw))
+    return path

@@ -2,21 +2,20 @@
 Playwright) against a real Serve deployment of the routing app (one Ray cluster for the module).
 Screenshots go to tests/artifacts/ (ignored by git)."""
 
-import os
 import shutil
-import socket
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from jeirt_ray.encoders import HashingEncoder
 from jeirt_ray.evaluation import train_space
 from jeirt_ray.experiment import prepare
 from jeirt_ray.model.train import TrainConfig
 from jeirt_ray.serving.explorer import llm_table, space_map
+
+from .conftest import local_serve_config, registry_env
 
 ray = pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
@@ -63,29 +62,22 @@ def service(space, tmp_path_factory):
 
     from jeirt_ray.registry import Registry
     from jeirt_ray.serving.deploy import deploy, load_config
+
+    def edit(app):
+        for d in app["deployments"]:
+            d["ray_actor_options"]["num_cpus"] = 0.25
+            if d["name"] == "Router":
+                d["user_config"]["refresh_s"] = 1
+
     home = tmp_path_factory.mktemp("explore")
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "JEIRT_HOME", "JEIRT_API_TOKEN")}
-    os.environ.update(MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}", JEIRT_HOME=str(home), JEIRT_API_TOKEN=TOKEN)
-    reg = Registry()
-    reg.promote(NAME, reg.register(space, NAME), "champion")
-    raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
-    app = raw["applications"][0]
-    app["args"]["encoder"] = "hashing"
-    for d in app["deployments"]:
-        d["ray_actor_options"]["num_cpus"] = 0.25
-        if d["name"] == "Router":
-            d["user_config"]["refresh_s"] = 1
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    path = home / "local.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    ray.init(address="local", num_cpus=2, log_to_driver=False)
-    yield deploy(load_config(path, model=NAME, port=port))
-    serve.shutdown()
-    ray.shutdown()
-    for k, v in saved.items():
-        os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    with registry_env(home, TOKEN):
+        reg = Registry()
+        reg.promote(NAME, reg.register(space, NAME), "champion")
+        path = local_serve_config(home / "local.yaml", edit, encoder="hashing", model=NAME)
+        ray.init(address="local", num_cpus=2, log_to_driver=False)
+        yield deploy(load_config(path))
+        serve.shutdown()
+        ray.shutdown()
 
 
 @pytest.fixture

@@ -2,14 +2,11 @@
 split encoder reproduces the whole, a fine-tuned space saves and reloads with its encoder, Ray
 Train runs it under DDP, and Serve routes with the space's own encoder (one Ray cluster)."""
 
-import os
-import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from jeirt_ray.data.synthetic import generate
 from jeirt_ray.encoders import make_encoder
@@ -22,7 +19,8 @@ from jeirt_ray.model.token_states import TokenStates
 from jeirt_ray.model.train import Pairs, TrainConfig, fit
 from jeirt_ray.selection import fixed_config
 
-ROOT = Path(__file__).resolve().parents[1]
+from .conftest import local_serve_config, registry_env
+
 SETTINGS = FinetuneSettings(layers=1, max_epochs=3, encoder_lr=1e-3)
 HEAD = TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=30, patience=5)
 
@@ -101,16 +99,12 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     home = tmp_path_factory.mktemp("ft-serve")
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "JEIRT_HOME")}
-    # set before the cluster starts: the Serve replicas inherit it
-    os.environ.update(MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}", JEIRT_HOME=str(home))
-    ray.init(address="local", num_cpus=2, log_to_driver=False)
-    yield home
-    from ray import serve
-    serve.shutdown()
-    ray.shutdown()
-    for k, v in saved.items():
-        os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    with registry_env(home):
+        ray.init(address="local", num_cpus=2, log_to_driver=False)
+        yield home
+        from ray import serve
+        serve.shutdown()
+        ray.shutdown()
 
 
 def test_finetuning_under_ddp_on_two_workers(cluster, data, tiny_encoder, tuned):
@@ -138,19 +132,10 @@ def test_serve_routes_with_the_spaces_own_encoder(cluster, tuned):
     space = train_space(tuned, HEAD, members=1, progress=False)
     reg = Registry()
     reg.promote("ft", reg.register(space, "ft"), "champion")
-    raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
-    app = raw["applications"][0]
-    app["args"].update(model="ft", encoder="hashing")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        raw["http_options"]["port"] = s.getsockname()[1]
-    path = cluster / "serve.yaml"
-    path.write_text(yaml.safe_dump(raw))
+    path = local_serve_config(cluster / "serve.yaml", model="ft", encoder="hashing")
     with pytest.raises(LookupError, match="set args.encoder to models:/ft@champion"):
         check_registry(load_config(path))
-    app["args"]["encoder"] = "models:/ft@champion"
-    path.write_text(yaml.safe_dump(raw))
-    config = load_config(path)
+    config = load_config(local_serve_config(cluster / "serve.yaml", model="ft", encoder="models:/ft@champion"))
     check_registry(config)
     url = deploy(config, timeout_s=180)
     text = str(tuned.data.texts[5])

@@ -3,24 +3,21 @@ replica) with a small autoscaling config (fractional CPUs, so that it fits on tw
 over loopback until Serve adds Router replicas (each with its encoder), then left idle until it
 removes them (one Ray cluster for this module)."""
 
-import os
-import socket
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from jeirt_ray.encoders import HashingEncoder
 from jeirt_ray.evaluation import train_space
 from jeirt_ray.experiment import prepare
 from jeirt_ray.model.train import TrainConfig
 
+from .conftest import local_serve_config, registry_env
+
 ray = pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
-ROOT = Path(__file__).resolve().parents[1]
 NAME = "autoscale-test"
 AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 2, "upscale_delay_s": 1,
                "downscale_delay_s": 4, "look_back_period_s": 2, "metrics_interval_s": 0.5}
@@ -33,31 +30,24 @@ def service(tmp_path_factory, synthetic):
     from jeirt_ray.registry import Registry
     from jeirt_ray.serving.deploy import deploy, load_config
     home = tmp_path_factory.mktemp("autoscale")
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "JEIRT_HOME")}
-    os.environ.update(MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}", JEIRT_HOME=str(home))
-    prep = prepare(synthetic, HashingEncoder(384), progress=False)
-    space = train_space(prep, TrainConfig(kind="jeirt", dim=16, max_epochs=5), members=1, progress=False)
-    reg = Registry()
-    reg.promote(NAME, reg.register(space, NAME), "champion")
-    raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
-    app = raw["applications"][0]
-    app["args"]["encoder"] = "hashing"
-    for d in app["deployments"]:
-        d["ray_actor_options"]["num_cpus"] = 0.1
-        if d["name"] == "Router":
-            d.pop("num_replicas", None)
-            d["autoscaling_config"] = AUTOSCALING
-    path = home / "autoscale.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray.init(address="local", num_cpus=2, log_to_driver=False)
-    yield deploy(load_config(path, model=NAME, port=port))
-    serve.shutdown()
-    ray.shutdown()
-    for k, v in saved.items():
-        os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+    def edit(app):
+        for d in app["deployments"]:
+            d["ray_actor_options"]["num_cpus"] = 0.1
+            if d["name"] == "Router":
+                d.pop("num_replicas", None)
+                d["autoscaling_config"] = AUTOSCALING
+
+    with registry_env(home):
+        prep = prepare(synthetic, HashingEncoder(384), progress=False)
+        space = train_space(prep, TrainConfig(kind="jeirt", dim=16, max_epochs=5), members=1, progress=False)
+        reg = Registry()
+        reg.promote(NAME, reg.register(space, NAME), "champion")
+        path = local_serve_config(home / "autoscale.yaml", edit, encoder="hashing", model=NAME)
+        ray.init(address="local", num_cpus=2, log_to_driver=False)
+        yield deploy(load_config(path))
+        serve.shutdown()
+        ray.shutdown()
 
 
 def _replicas() -> dict[str, int]:
