@@ -137,7 +137,7 @@ def test_serve_routes_with_the_spaces_own_encoder(cluster, tuned):
         check_registry(load_config(path))
     config = load_config(local_serve_config(cluster / "serve.yaml", model="ft", encoder="models:/ft@champion"))
     check_registry(config)
-    url = deploy(config, timeout_s=180)
+    url = deploy(config, timeout_s=300)
     text = str(tuned.data.texts[5])
     r = httpx.post(f"{url}/v1/route", json={"query": text, "top_k": 3}, timeout=60)
     assert r.status_code == 200, r.text
