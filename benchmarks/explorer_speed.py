@@ -9,8 +9,10 @@ Ray cluster, then measures:
 - `/v1/explore/map` and `/v1/explore/llms`: the first call (computed for the version) and a
   second (cached), with the response size;
 - in Chromium (Playwright): from navigation to the first useful view (the Route form usable and
-  the space named, i.e. /v1/models answered), to a routed question's answer drawn, and to the map
-  drawn after clicking Map (each --runs times, in fresh browser contexts).
+  the space named, i.e. /v1/models answered; not the load event, which waits for plotly.js), to a
+  routed question's pick shown and its bar chart drawn (the first chart also waits for plotly.js
+  to arrive and parse), and to the map drawn after clicking Map (each --runs times, in fresh
+  browser contexts, so nothing is cached), and a second question's pick once all has loaded.
 """
 
 from __future__ import annotations
@@ -77,25 +79,40 @@ def main():
         out[f"{what}_endpoint"] = {"first_seconds": first_s, "cached_seconds": cached_s, "bytes": size}
 
     question = str(data.texts[0])
-    views: dict[str, list[float]] = {"first_useful_view": [], "routed_answer": [], "map_drawn": []}
+    api = []
+    for t in data.texts[:10]:
+        start = time.perf_counter()
+        httpx.post(f"{url}/v1/route", json={"queries": [str(t)], "policy": "tuned"}, timeout=60).raise_for_status()
+        api.append(time.perf_counter() - start)
+    out["api_route_seconds"] = {"median": statistics.median(api), "max": max(api)}
+    views: dict[str, list[float]] = {"first_useful_view": [], "routed_pick": [], "routed_chart": [], "map_drawn": [],
+                                     "second_route_pick": []}
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         for _ in range(args.runs):
             page = browser.new_context().new_page()
             start = time.perf_counter()
-            page.goto(f"{url}/")
+            page.goto(f"{url}/", wait_until="commit")  # not the load event: plotly.js arrives after the view is usable
             page.wait_for_function("document.getElementById('space').textContent.startsWith('space ')")
             views["first_useful_view"].append(time.perf_counter() - start)
             page.fill("#query", question)
             start = time.perf_counter()
             page.click("#route-button")
+            page.wait_for_selector(".chosen[data-query='0']")
+            views["routed_pick"].append(time.perf_counter() - start)
             page.wait_for_selector("#bars-0 .main-svg")
-            views["routed_answer"].append(time.perf_counter() - start)
+            views["routed_chart"].append(time.perf_counter() - start)
             start = time.perf_counter()
             page.click("#tab-map")
             page.wait_for_selector("#map-plot .legendtext")
             views["map_drawn"].append(time.perf_counter() - start)
+            page.click("#tab-route")  # a second question, once everything has loaded
+            page.fill("#query", str(data.texts[1]))
+            start = time.perf_counter()
+            page.click("#route-button")
+            page.wait_for_selector(".chosen[data-query='0']")
+            views["second_route_pick"].append(time.perf_counter() - start)
             page.context.close()
         browser.close()
     out["browser_seconds"] = {k: {"median": statistics.median(v), "max": max(v), "runs": v} for k, v in views.items()}

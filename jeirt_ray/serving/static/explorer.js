@@ -10,6 +10,16 @@ const SYMBOLS = ["circle", "square", "triangle-up", "cross", "x", "star"];
 const state = { models: null, map: null, llms: null };
 const $ = (id) => document.getElementById(id);
 
+// plotly.js (4.6 MB) loads after the page is usable: the Route form and the space's name do not
+// wait for it, only the charts do
+const plotly = new Promise((resolve, reject) => {
+  const s = document.createElement("script");
+  s.src = "/static/plotly.min.js";
+  s.onload = () => resolve(window.Plotly);
+  s.onerror = () => reject(new Error("plotly.js did not load"));
+  document.head.append(s);
+});
+
 async function getJSON(url, body) {
   const r = await fetch(url, body === undefined ? {} : {
     method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
@@ -63,19 +73,18 @@ async function route(event) {
   out.replaceChildren(el("p", {}, "routing…"));
   try {
     const main = await getJSON("/v1/route", { queries, policy });
-    const others = {};
+    out.replaceChildren(...main.results.map((r, i) => renderResult(r, i, queries[i])));
+    // the picks under the other policies follow, one request each
     for (const p of policies().filter((p) => p !== policy)) {
-      others[p] = (await getJSON("/v1/route", { queries, policy: p })).results;
+      const rs = (await getJSON("/v1/route", { queries, policy: p })).results;
+      rs.forEach((r, i) => out.querySelector(`.result[data-query="${i}"] .others`).append(` · under ${p}: ${r.chosen}`));
     }
-    out.replaceChildren();
-    main.results.forEach((r, i) => out.append(renderResult(r, i, queries[i], others)));
   } catch (e) {
-    out.replaceChildren();
     $("route-error").textContent = e.message;
   }
 }
 
-function renderResult(r, i, query, others) {
+function renderResult(r, i, query) {
   const box = el("div", { class: "result", "data-query": i });
   box.append(el("p", { class: "pick" }, `${query.slice(0, 120)} → `,
     el("strong", { class: "chosen", "data-query": i }, r.chosen),
@@ -83,14 +92,13 @@ function renderResult(r, i, query, others) {
   const facts = [`difficulty ||E_Q|| = ${r.difficulty.toFixed(2)}`];
   if (r.nearest_benchmark) facts.push(`nearest benchmark: ${r.nearest_benchmark}`);
   if (r.expected_cost !== null) facts.push(`expected cost: ${r.expected_cost}`);
-  for (const [p, rs] of Object.entries(others)) facts.push(`under ${p}: ${rs[i].chosen}`);
-  box.append(el("p", { class: "facts" }, facts.join(" · ")));
+  box.append(el("p", { class: "facts" }, facts.join(" · "), el("span", { class: "others" })));
   const bars = el("div", { class: "plot", id: `bars-${i}`, role: "img",
     "aria-label": `probability of a correct answer for each LLM; highest ${r.scores[0].model}` });
   const hist = el("div", { class: "plot", id: `difficulty-${i}`, role: "img",
     "aria-label": `this question's difficulty ${r.difficulty.toFixed(2)} among the training questions'` });
   box.append(el("div", { class: "two" }, bars, hist));
-  requestAnimationFrame(() => {
+  plotly.then((Plotly) => {
     const s = [...r.scores].reverse();
     Plotly.newPlot(bars, [{ type: "bar", orientation: "h", x: s.map((m) => m.p_correct), y: s.map((m) => m.model),
       marker: { color: s.map((m) => (m.model === r.chosen ? "#D55E00" : "#0072B2")) } }],
@@ -104,6 +112,7 @@ function renderResult(r, i, query, others) {
 async function drawDifficulty(node, value) {
   const map = await loadMap().catch(() => null);
   if (!map) return;
+  const Plotly = await plotly;
   const h = map.difficulty_histogram;
   const mids = h.counts.map((_, k) => (h.edges[k] + h.edges[k + 1]) / 2);
   Plotly.newPlot(node, [{ type: "bar", x: mids, y: h.counts, marker: { color: "#999" }, name: "training questions" }],
@@ -135,6 +144,7 @@ async function showMap() {
       marker: { size: 5, opacity: 0.7, color: COLOURS[k % COLOURS.length],
         symbol: SYMBOLS[Math.floor(k / COLOURS.length) % SYMBOLS.length] } };
   });
+  const Plotly = await plotly;
   traces.push({ type: "scatter", mode: "markers+text", name: "LLMs", x: map.llms.x, y: map.llms.y,
     text: map.llms.name, textposition: "top center", textfont: { size: 9 },
     marker: { symbol: "diamond", size: 9, color: "#000" }, hovertemplate: "%{text}<extra>LLM vector</extra>" });
@@ -177,6 +187,7 @@ async function showLLMs() {
       el("td", {}, t.overall[i].toFixed(3)), ...t.accuracy[i].map((v) => el("td", {}, v.toFixed(3)))));
   }
   table.append(el("thead", {}, head), body);
+  const Plotly = await plotly;
   Plotly.newPlot("heatmap", [{ type: "heatmap", z: order.map((i) => t.accuracy[i]), x: t.benchmarks,
     y: order.map((i) => t.llms[i] + (t.onboarded[i] ? " *" : "")), colorscale: "Cividis", zmin: 0, zmax: 1,
     colorbar: { title: { text: "predicted accuracy" } } }],
