@@ -611,7 +611,7 @@ def data_import(fmt: str = typer.Argument(..., metavar="FORMAT", help="harness (
     try:
         mapping = read_mapping(names) if names else None
         data, report = import_results(fmt, src, harness=harness, metric=helm_metric, texts=texts, mapping=mapping)
-    except DataError as e:
+    except (DataError, OSError) as e:
         console.print(f"[red]bad input:[/red] {e}")
         raise typer.Exit(2)
     data.save(out)
