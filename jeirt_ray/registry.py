@@ -125,24 +125,28 @@ class Registry:
                  "source": v.source} for v in self.client.search_model_versions(f"name='{name}'")]
         return sorted(rows, key=lambda r: -r["version"])
 
-    def encoder_of(self, uri: str) -> tuple[str, str]:
-        """(`models:/<name>/<version>`, encoder id) of the encoder saved with the space that `uri`
-        points at now (a fine-tuned one); a LookupError naming the fix when it has none."""
+    def _with_own_encoder(self, uri: str):
+        """The version `uri` points at, which must carry its own (fine-tuned) encoder; a
+        LookupError naming the fix when it has none."""
         version = self.resolve(uri)
         if version.tags.get("own_encoder") != "true":
             raise LookupError(f"{uri} (version {version.version}) has no encoder of its own: it was trained on the "
                               f"shared encoder {version.tags.get('encoder_id')!r}; set args.encoder to that encoder")
-        name = _URI.match(uri)["name"]
-        return f"models:/{name}/{version.version}", version.tags["encoder_id"]
+        return version
+
+    def encoder_of(self, uri: str) -> tuple[str, str]:
+        """(`models:/<name>/<version>`, encoder id) of the encoder saved with the space that `uri`
+        points at now."""
+        version = self._with_own_encoder(uri)
+        return f"models:/{_URI.match(uri)['name']}/{version.version}", version.tags["encoder_id"]
 
     def download_encoder(self, uri: str) -> Path:
         """The local folder of the encoder saved with the space at `uri`."""
-        pinned, _ = self.encoder_of(uri)
-        version = self.resolve(pinned)
+        version = self._with_own_encoder(uri)
         try:
             return Path(self.mlflow.artifacts.download_artifacts(artifact_uri=f"{version.source}/encoder"))
         except Exception as e:
-            raise LookupError(f"cannot download the encoder of {pinned} from {self.tracking_uri}: {e}") from e
+            raise LookupError(f"cannot download the encoder of {uri} from {self.tracking_uri}: {e}") from e
 
     def load(self, uri: str) -> Space:
         """`models:/<name>@<alias>` or `models:/<name>/<version>` -> the saved Space."""

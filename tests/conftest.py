@@ -77,15 +77,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def local_serve_config(path: Path, edit=None, **args) -> Path:
-    """deployments/local.yaml with `args` merged into the application's args, a free port, and
-    `edit(app)` applied to the application (deployments, user_config); written to `path`."""
+def local_serve_config(path: Path, edit=None, cpus: float | None = None, **args) -> Path:
+    """deployments/local.yaml with `args` merged into the application's args, a free port, every
+    replica's num_cpus set to `cpus` if given, and `edit(app)` applied to the application
+    (deployments, user_config); written to `path`."""
     import yaml
     raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "deployments" / "local.yaml").read_text())
     app = raw["applications"][0]
     app["args"].update(args)
+    if cpus is not None:
+        for d in app["deployments"]:
+            d["ray_actor_options"]["num_cpus"] = cpus
     if edit:
         edit(app)
     raw["http_options"]["port"] = free_port()
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+@contextlib.contextmanager
+def serving(space, name: str, home: Path, *, token: str | None = None, edit=None, cpus: float | None = None,
+            **args):
+    """`space` registered as models:/<name>@champion in a registry under `home`, served with
+    local.yaml (see local_serve_config) on a local Ray cluster of 2 CPUs; yields the base URL."""
+    import ray
+    from ray import serve
+
+    from jeirt_ray.registry import Registry
+    from jeirt_ray.serving.deploy import deploy, load_config
+    with registry_env(home, token):
+        reg = Registry()
+        reg.promote(name, reg.register(space, name), "champion")
+        path = local_serve_config(home / "serve.yaml", edit, cpus, model=name, **args)
+        ray.init(address="local", num_cpus=2, log_to_driver=False)
+        try:
+            yield deploy(load_config(path))
+        finally:
+            serve.shutdown()
+            ray.shutdown()

@@ -15,7 +15,7 @@ from jeirt_ray.experiment import prepare
 from jeirt_ray.model.train import TrainConfig
 from jeirt_ray.serving.explorer import llm_table, space_map
 
-from .conftest import local_serve_config, registry_env
+from .conftest import serving
 
 ray = pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
@@ -58,26 +58,12 @@ def browser():
 
 @pytest.fixture(scope="module")
 def service(space, tmp_path_factory):
-    from ray import serve
-
-    from jeirt_ray.registry import Registry
-    from jeirt_ray.serving.deploy import deploy, load_config
-
     def edit(app):
-        for d in app["deployments"]:
-            d["ray_actor_options"]["num_cpus"] = 0.25
-            if d["name"] == "Router":
-                d["user_config"]["refresh_s"] = 1
+        next(d for d in app["deployments"] if d["name"] == "Router")["user_config"]["refresh_s"] = 1
 
-    home = tmp_path_factory.mktemp("explore")
-    with registry_env(home, TOKEN):
-        reg = Registry()
-        reg.promote(NAME, reg.register(space, NAME), "champion")
-        path = local_serve_config(home / "local.yaml", edit, encoder="hashing", model=NAME)
-        ray.init(address="local", num_cpus=2, log_to_driver=False)
-        yield deploy(load_config(path))
-        serve.shutdown()
-        ray.shutdown()
+    with serving(space, NAME, tmp_path_factory.mktemp("explore"), token=TOKEN, edit=edit, cpus=0.25,
+                 encoder="hashing") as url:
+        yield url
 
 
 @pytest.fixture

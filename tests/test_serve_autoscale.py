@@ -14,7 +14,7 @@ from jeirt_ray.evaluation import train_space
 from jeirt_ray.experiment import prepare
 from jeirt_ray.model.train import TrainConfig
 
-from .conftest import local_serve_config, registry_env
+from .conftest import serving
 
 ray = pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
@@ -25,29 +25,17 @@ AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, synthetic):
-    from ray import serve
-
-    from jeirt_ray.registry import Registry
-    from jeirt_ray.serving.deploy import deploy, load_config
     home = tmp_path_factory.mktemp("autoscale")
 
     def edit(app):
-        for d in app["deployments"]:
-            d["ray_actor_options"]["num_cpus"] = 0.1
-            if d["name"] == "Router":
-                d.pop("num_replicas", None)
-                d["autoscaling_config"] = AUTOSCALING
+        router = next(d for d in app["deployments"] if d["name"] == "Router")
+        router.pop("num_replicas", None)
+        router["autoscaling_config"] = AUTOSCALING
 
-    with registry_env(home):
-        prep = prepare(synthetic, HashingEncoder(384), progress=False)
-        space = train_space(prep, TrainConfig(kind="jeirt", dim=16, max_epochs=5), members=1, progress=False)
-        reg = Registry()
-        reg.promote(NAME, reg.register(space, NAME), "champion")
-        path = local_serve_config(home / "autoscale.yaml", edit, encoder="hashing", model=NAME)
-        ray.init(address="local", num_cpus=2, log_to_driver=False)
-        yield deploy(load_config(path))
-        serve.shutdown()
-        ray.shutdown()
+    prep = prepare(synthetic, HashingEncoder(384), progress=False)
+    space = train_space(prep, TrainConfig(kind="jeirt", dim=16, max_epochs=5), members=1, progress=False)
+    with serving(space, NAME, home, edit=edit, cpus=0.1, encoder="hashing") as url:
+        yield url
 
 
 def _replicas() -> dict[str, int]:

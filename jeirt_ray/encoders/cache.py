@@ -89,21 +89,29 @@ class EmbeddingCache:
         self._load().update(zip(hashes, vectors))
 
 
-def encode_cached(encoder: QuestionEncoder, texts: list[str] | np.ndarray, cache_root: str | Path | None,
-                  batch_size: int = 64, chunk: int = 1024, progress: bool = True) -> np.ndarray:
-    """Embeddings for texts, encoding only those not cached yet (in chunks saved as they finish)."""
+def fill_cache(cache, texts: list[str], compute, desc: str, chunk: int, progress: bool) -> list:
+    """Every text's cached entry, computing `compute(texts)` first for those `cache` lacks, in
+    chunks saved as they finish (an interrupted run keeps them). `cache` has missing/put/get by
+    text hash: EmbeddingCache, or encoders.hidden.HiddenStateCache."""
     texts = [str(t) for t in texts]
     hashes = [text_hash(t) for t in texts]
-    if cache_root is None:
-        return encoder.encode(texts, batch_size=batch_size)
-    cache = EmbeddingCache(cache_root, encoder.encoder_id)
     todo = cache.missing(hashes)
     if todo:
         by_hash = dict(zip(hashes, texts))
-        bar = tqdm(total=len(todo), desc=f"encoding ({encoder.encoder_id})", unit="q", disable=not progress)
+        bar = tqdm(total=len(todo), desc=desc, unit="q", disable=not progress)
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
-            cache.put(part, encoder.encode([by_hash[h] for h in part], batch_size=batch_size))
+            cache.put(part, compute([by_hash[h] for h in part]))
             bar.update(len(part))
         bar.close()
     return cache.get(hashes)
+
+
+def encode_cached(encoder: QuestionEncoder, texts: list[str] | np.ndarray, cache_root: str | Path | None,
+                  batch_size: int = 64, chunk: int = 1024, progress: bool = True) -> np.ndarray:
+    """Embeddings for texts, encoding only those not cached yet (in chunks saved as they finish)."""
+    if cache_root is None:
+        return encoder.encode([str(t) for t in texts], batch_size=batch_size)
+    return fill_cache(EmbeddingCache(cache_root, encoder.encoder_id), texts,
+                      lambda part: encoder.encode(part, batch_size=batch_size),
+                      f"encoding ({encoder.encoder_id})", chunk, progress)

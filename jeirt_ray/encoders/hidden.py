@@ -18,9 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
-from tqdm.auto import tqdm
 
-from .cache import text_hash
+from .cache import fill_cache
 
 log = logging.getLogger(__name__)
 
@@ -108,16 +107,6 @@ class HiddenStateCache:
 def cached_bottom_states(st_model, encoder_id: str, texts: list[str], layer: int, cache_root: str | Path,
                          chunk: int = 512, progress: bool = True) -> list[np.ndarray]:
     """bottom_states of every text, computing only those not cached yet."""
-    texts = [str(t) for t in texts]
-    hashes = [text_hash(t) for t in texts]
-    cache = HiddenStateCache(cache_root, encoder_id, layer)
-    todo = cache.missing(hashes)
-    if todo:
-        by_hash = dict(zip(hashes, texts))
-        bar = tqdm(total=len(todo), desc=f"hidden states below layer {layer}", unit="q", disable=not progress)
-        for start in range(0, len(todo), chunk):
-            part = todo[start:start + chunk]
-            cache.put(part, bottom_states(st_model, [by_hash[h] for h in part], layer))
-            bar.update(len(part))
-        bar.close()
-    return cache.get(hashes)
+    return fill_cache(HiddenStateCache(cache_root, encoder_id, layer), texts,
+                      lambda part: bottom_states(st_model, part, layer), f"hidden states below layer {layer}",
+                      chunk, progress)

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, Field
 from torch import nn
+from transformers.masking_utils import create_bidirectional_mask
 
 from .modules import build_module
 from .token_states import TokenBatch, TokenStates
@@ -72,7 +73,6 @@ class EncoderTop(nn.Module):
             p.requires_grad_(True)
 
     def forward(self, batch: TokenBatch) -> torch.Tensor:
-        from transformers.masking_utils import create_bidirectional_mask
         hidden, mask = batch
         attention = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=mask)
         out = self.encoder(hidden, attention_mask=attention)

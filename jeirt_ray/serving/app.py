@@ -17,6 +17,7 @@ user_config). The routing logic is a plain class (router.RouterCore), tested wit
 # no `from __future__ import annotations`: Serve's class-based FastAPI views need the request
 # body types as real objects, not strings
 import asyncio
+import functools
 import hmac
 import logging
 import math
@@ -45,6 +46,7 @@ TOKEN_ENV = "JEIRT_API_TOKEN"
 STATIC = Path(__file__).with_name("static")
 
 
+@functools.cache
 def static_files() -> dict[str, Path]:
     """The explorer's files, served at /static/<name>: its own, and plotly.js as the Python
     package `plotly` ships it (no request leaves the machine)."""
