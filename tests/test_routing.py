@@ -135,3 +135,27 @@ def test_tuned_policy_travels_with_the_space(routed, tmp_path):
     wider = builder.build(np.hstack([p, np.full((len(rows), 1), 0.99)]), prep.X[rows])
     assert wider.local[builder.ks[0]].shape == (len(rows), prep.data.n_models + 1)
     assert np.all(wider.local[builder.ks[0]][:, -1] == 0.99) and wider.prior[-1] == 0.0
+
+
+@pytest.mark.parametrize("unseen", [1, 4])
+def test_tune_routing_with_benchmarks_absent_from_training(routed, unseen):
+    """A user's own split may leave benchmarks with no training question (present only among
+    validation/test questions): the topic signal covers the benchmarks it was trained on, and
+    choosing and serving the policy work (this crashed with a core-dimension mismatch)."""
+    from jeirt_ray.experiment import Prepared
+    from jeirt_ray.routing.policies import tune_routing
+    prep, space = routed
+    held = np.flatnonzero(prep.split.question_part > 0)[:200]
+    benchmarks = prep.data.benchmarks.astype(object).copy()
+    benchmarks[held] = [f"routing-only-{i % unseen}" for i in range(len(held))]
+    data = dataclasses.replace(prep.data, benchmarks=benchmarks.astype(str))
+    moved = Prepared(data, prep.split, prep.X, prep.encoder_id)
+    space = dataclasses.replace(space, metadata=dict(space.metadata))
+    policy, table = tune_routing(space, moved)
+    trained_on = sorted(set(data.benchmarks[prep.split.questions(0)]))
+    assert space.metadata["routing_policy"]["benchmarks"] == trained_on
+    builder = SignalBuilder.from_arrays(space.routing, trained_on)
+    rows = held[:20]
+    signals = builder.build(space.predict_proba(prep.X[rows]), prep.X[rows])
+    assert signals.topic.shape == (len(rows), data.n_models) and np.isfinite(signals.topic).all()
+    assert policy.choose(signals, np.ones((len(rows), data.n_models), bool)).shape == (len(rows),)

@@ -79,12 +79,17 @@ class SignalBuilder:
             benchmarks: np.ndarray, n_models: int, ks=(25, 50, 100, 200, 400)) -> "SignalBuilder":
         knn = KNN().fit(X, n_models, train_q, train_m, train_y)
         prior = np.nan_to_num(train_rates(n_models, train_m, train_y)[0], nan=0.0)
-        benches, bidx = np.unique(benchmarks, return_inverse=True)
+        # The topic signal knows only benchmarks with training questions: one present only among
+        # validation or test questions (a user's own split, a routing-only benchmark) has no rates
+        # to average and no examples for the classifier.
+        rows = knn.train_rows
+        benches, bidx_rows = np.unique(np.asarray(benchmarks)[rows], return_inverse=True)
+        bidx = np.full(len(benchmarks), -1, dtype=np.int64)
+        bidx[rows] = bidx_rows
         bench_rates = np.nan_to_num(train_rates(n_models, train_m, train_y, bidx[train_q], len(benches)), nan=0.0)
         coef = intercept = None
         if len(benches) > 1:
-            rows = knn.train_rows
-            clf = LogisticRegression(C=10.0, max_iter=2000).fit(X[rows], bidx[rows])
+            clf = LogisticRegression(C=10.0, max_iter=2000).fit(X[rows], bidx_rows)
             coef, intercept = clf.coef_, clf.intercept_
         return cls(knn, ks, prior, benches, bench_rates, coef, intercept)
 
