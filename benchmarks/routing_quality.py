@@ -62,7 +62,7 @@ def main():
 
     # the policy is chosen and stored exactly as `jeirt train` does for serving; the signals come
     # from the arrays stored with the space, as in the Serve router
-    chosen, val_table = tune_routing(space, prep)
+    space, chosen, val_table = tune_routing(space, prep)
     builder = SignalBuilder.from_arrays(space.routing, space.metadata["routing_policy"]["benchmarks"])
     signals = {part: builder.build(probs["jeirt"][part], prep.X[rows]) for part, (rows, _) in parts.items()}
     candidates = candidate_policies(ks=builder.ks, has_topic=signals["val"].topic is not None)

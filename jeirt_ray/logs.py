@@ -85,3 +85,20 @@ def divert_native_stderr() -> None:
 def ray_init_kwargs() -> dict:
     """ray.init arguments: worker and actor output stays in Ray's session logs unless verbose."""
     return {"log_to_driver": State.verbose} if State.file is not None else {}
+
+
+class _Progress(logging.Handler):
+    def __init__(self, say):
+        super().__init__(logging.INFO)
+        self.say = say
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.say(record.getMessage())
+
+
+def show_progress(say) -> None:
+    """Show the pipeline's own progress lines (the `jeirt.pipeline` logger, INFO and up) with
+    `say(line)`; they also reach the log file."""
+    logger = logging.getLogger("jeirt.pipeline")
+    logger.handlers = [h for h in logger.handlers if not isinstance(h, _Progress)] + [_Progress(say)]
+    logger.setLevel(logging.INFO)

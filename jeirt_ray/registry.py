@@ -148,11 +148,15 @@ class Registry:
         except Exception as e:
             raise LookupError(f"cannot download the encoder of {uri} from {self.tracking_uri}: {e}") from e
 
-    def load(self, uri: str) -> Space:
-        """`models:/<name>@<alias>` or `models:/<name>/<version>` -> the saved Space."""
+    def download(self, uri: str) -> Path:
+        """The local folder of the space that `models:/<name>@<alias>` or `models:/<name>/<n>`
+        points at (downloaded from the artifact store)."""
         version = self.resolve(uri)
         try:
-            local = self.mlflow.artifacts.download_artifacts(artifact_uri=version.source)
+            return Path(self.mlflow.artifacts.download_artifacts(artifact_uri=version.source))
         except Exception as e:
             raise LookupError(f"cannot load {uri} from the registry at {self.tracking_uri}: {e}") from e
-        return Space.load(local)
+
+    def load(self, uri: str) -> Space:
+        """`models:/<name>@<alias>` or `models:/<name>/<version>` -> the saved Space."""
+        return Space.load(self.download(uri))

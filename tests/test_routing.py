@@ -115,9 +115,10 @@ def test_tuned_policy_travels_with_the_space(routed, tmp_path):
     from jeirt_ray.model.space import Space
     from jeirt_ray.routing.policies import tune_routing
     prep, space = routed
-    space = dataclasses.replace(space, metadata=dict(space.metadata))
-    policy, table = tune_routing(space, prep)
+    untouched = dict(space.metadata)
+    space, policy, table = tune_routing(space, prep)
     assert space.metadata["routing_policy"]["name"] == policy.name and len(table) > 10
+    assert routed[1].metadata == untouched and not routed[1].routing  # the given space is unchanged
     loaded = Space.load(space.save(tmp_path / "s"))
     builder = SignalBuilder.from_arrays(loaded.routing, loaded.metadata["routing_policy"]["benchmarks"])
     rows = prep.split.questions(2)[:50]
@@ -150,8 +151,7 @@ def test_tune_routing_with_benchmarks_absent_from_training(routed, unseen):
     benchmarks[held] = [f"routing-only-{i % unseen}" for i in range(len(held))]
     data = dataclasses.replace(prep.data, benchmarks=benchmarks.astype(str))
     moved = Prepared(data, prep.split, prep.X, prep.encoder_id)
-    space = dataclasses.replace(space, metadata=dict(space.metadata))
-    policy, table = tune_routing(space, moved)
+    space, policy, table = tune_routing(space, moved)
     trained_on = sorted(set(data.benchmarks[prep.split.questions(0)]))
     assert space.metadata["routing_policy"]["benchmarks"] == trained_on
     builder = SignalBuilder.from_arrays(space.routing, trained_on)

@@ -12,7 +12,7 @@ from jeirt_ray.evaluation import train_space
 from jeirt_ray.experiment import prepare
 from jeirt_ray.model.onboarding import fit_row, onboard
 from jeirt_ray.model.train import TrainConfig
-from jeirt_ray.serving.router import RequestError, RouterCore
+from jeirt_ray.routing.router import RequestError, Router
 from jeirt_ray.serving.schemas import OnboardRequest, RouteRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,66 +32,63 @@ def space(prep):
 def test_tuned_policy_routes_as_evaluated(space, prep):
     """The default policy applies what tune_routing chose on validation, with the same signals,
     and respects a candidate list; without a stored policy it is the argmax."""
-    import dataclasses
-
     from jeirt_ray.routing.policies import SignalBuilder, tune_routing
-    tuned = dataclasses.replace(space, metadata=dict(space.metadata))
-    policy, _ = tune_routing(tuned, prep)
-    core = RouterCore(tuned, "s/1")
+    tuned, policy, _ = tune_routing(space, prep)
+    core = Router(tuned)
     x = prep.X[prep.split.questions(2)[:40]]
     builder = SignalBuilder.from_arrays(tuned.routing, tuned.metadata["routing_policy"]["benchmarks"])
     expected = policy.choose(builder.build(tuned.predict_proba(x), x), np.ones((len(x), len(tuned.model_names)), bool))
-    res = core.route(x, RouteRequest(queries=["a"] * len(x)))
-    assert [r.chosen for r in res] == [tuned.model_names[i] for i in expected]
-    assert all(r.policy == "tuned" for r in res)
+    res = core.route(x)
+    assert [r["chosen"] for r in res] == [tuned.model_names[i] for i in expected]
+    assert all(r["policy"] == "tuned" for r in res)
     two = tuned.model_names[:2]
-    assert {r.chosen for r in core.route(x, RouteRequest(queries=["a"] * len(x), candidates=two))} <= set(two)
+    assert {r["chosen"] for r in core.route(x, candidates=two)} <= set(two)
 
 
 def test_most_likely_is_the_argmax_and_top_k(space, prep):
-    core = RouterCore(space, "s/1")
+    core = Router(space)
     x = prep.X[:7]
-    res = core.route(x, RouteRequest(queries=["a"] * 7, top_k=3))
+    res = core.route(x, top_k=3)
     probs = space.predict_proba(x)
     for r, p in zip(res, probs):
-        assert r.chosen == space.model_names[int(p.argmax())]
-        assert len(r.scores) == 3 and r.scores[0].model == r.chosen
-        assert r.p_correct == pytest.approx(float(p.max()), abs=1e-6)
+        assert r["chosen"] == space.model_names[int(p.argmax())]
+        assert len(r["scores"]) == 3 and r["scores"][0]["model"] == r["chosen"]
+        assert r["p_correct"] == pytest.approx(float(p.max()), abs=1e-6)
 
 
 def test_cost_policies_and_budget(space, prep):
     names = space.model_names
     costs = {n: float(i + 1) for i, n in enumerate(names)}  # names[0] cheapest
-    core = RouterCore(space, "s/1", costs)
+    core = Router(space, costs)
     x = prep.X[:5]
     probs = space.predict_proba(x)
-    heavy = core.route(x, RouteRequest(queries=["q"] * 5, policy="cost_weighted", cost_weight=100.0))
-    assert all(r.chosen == names[0] for r in heavy)  # price dominates
-    margin = core.route(x, RouteRequest(queries=["q"] * 5, policy="cheapest_within_margin", margin=0.05))
+    heavy = core.route(x, policy="cost_weighted", cost_weight=100.0)
+    assert all(r["chosen"] == names[0] for r in heavy)  # price dominates
+    margin = core.route(x, policy="cheapest_within_margin", margin=0.05)
     for r, p in zip(margin, probs):
         ok = [names[j] for j in np.flatnonzero(p >= p.max() - 0.05)]
-        assert r.chosen == min(ok, key=costs.get) and r.expected_cost == costs[r.chosen]
-    budget = core.route(x, RouteRequest(queries=["q"] * 5, budget=3.0))
-    assert all(costs[r.chosen] <= 3.0 for r in budget)
+        assert r["chosen"] == min(ok, key=costs.get) and r["expected_cost"] == costs[r["chosen"]]
+    budget = core.route(x, budget=3.0)
+    assert all(costs[r["chosen"]] <= 3.0 for r in budget)
     with pytest.raises(RequestError, match="no candidate LLM costs at most"):
-        core.route(x, RouteRequest(query="q", budget=0.5))
+        core.route(x, budget=0.5)
 
 
 def test_route_errors_name_the_problem(space, prep):
-    core = RouterCore(space, "s/1")
+    core = Router(space)
     with pytest.raises(RequestError, match=r"unknown candidate LLM\(s\) \['gpt-9'\]"):
-        core.route(prep.X[:1], RouteRequest(query="q", candidates=["gpt-9"]))
+        core.route(prep.X[:1], candidates=["gpt-9"])
     with pytest.raises(RequestError, match="need a cost table"):
-        core.route(prep.X[:1], RouteRequest(query="q", policy="cost_weighted"))
+        core.route(prep.X[:1], policy="cost_weighted")
     with pytest.raises(ValueError, match="no price for"):
-        RouterCore(space, "s/1", {space.model_names[0]: 1.0})
+        Router(space, {space.model_names[0]: 1.0})
 
 
 def test_nearest_benchmark_of_training_questions(space, prep):
-    core = RouterCore(space, "s/1")
+    core = Router(space)
     rows = np.arange(0, len(prep.X), 37)
-    res = core.route(prep.X[rows], RouteRequest(queries=["q"] * len(rows)))
-    hits = np.mean([r.nearest_benchmark == prep.data.benchmarks[i] for r, i in zip(res, rows)])
+    res = core.route(prep.X[rows])
+    hits = np.mean([r["nearest_benchmark"] == prep.data.benchmarks[i] for r, i in zip(res, rows)])
     assert hits > 0.5  # topics are what the synthetic benchmarks are made of
 
 

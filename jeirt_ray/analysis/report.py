@@ -25,7 +25,7 @@ from scipy.special import expit
 
 from ..experiment import Prepared
 from ..model.space import Space
-from ..routing.costs import aiq, cost_curve, cpt, default_costs, single_llm_points
+from ..routing.costs import aiq, cost_curve, cpt, default_costs, margin_curve, single_llm_points
 from ..routing.evaluate import available_argmax, baseline_routers, bootstrap_ci, routed_labels, train_rates
 from . import geometry, irt
 from .lobo import leave_one_benchmark_out
@@ -113,8 +113,9 @@ def study_routing(s: Study) -> dict:
     singles = single_llm_points(costs, labels)
     span = (float(costs.min()), float(costs.max()))
     router_pts = [(p["avg_cost"], p["accuracy"]) for p in curve] + [(p["avg_cost"], p["accuracy"]) for p in singles]
+    margins = margin_curve(s.probs[rows], costs, labels)  # the served cheapest_within_margin rule
     res["cost"] = {"costs": {str(m): float(c) for m, c in zip(data.models, costs)}, "cost_source": source,
-                   "curve": curve, "single_llms": singles,
+                   "curve": curve, "margin_curve": margins, "single_llms": singles,
                    "aiq_jeirt": aiq(router_pts, span) if span[1] > span[0] else None,
                    "aiq_single_llms": aiq([(p["avg_cost"], p["accuracy"]) for p in singles], span)
                    if span[1] > span[0] else None}
@@ -131,6 +132,8 @@ def study_routing(s: Study) -> dict:
 
     fig, ax = s.plt.subplots(figsize=(5.5, 4))
     ax.plot([p["avg_cost"] for p in curve], [p["accuracy"] for p in curve], "o-", ms=3, label="JE-IRT, score - λ·cost")
+    ax.plot([p["avg_cost"] for p in margins], [p["accuracy"] for p in margins], "s--", ms=3,
+            label="JE-IRT, cheapest within a margin of p")
     ax.scatter([p["avg_cost"] for p in singles], [p["accuracy"] for p in singles], c="gray", s=12, label="one LLM")
     ax.axhline(res["accuracy"]["per_benchmark_best"], color="C1", ls="--", lw=1, label="per-benchmark best")
     ax.set_xlabel("average cost per query")

@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 
 from .dataset import ResponseData
 from .errors import DataError
+from .tables import read_table
 
 FORMATS = ("harness", "helm", "pyirt")
 DEFAULT_METRICS = ("acc", "exact_match", "pass@1", "pass_at_1", "em", "acc_norm", "f1")
@@ -337,7 +338,6 @@ def read_helm(src: str | Path, metric: str | None = None, progress: bool = True)
 # ---- py-irt ----------------------------------------------------------------------------------
 
 def read_pyirt(src: str | Path, texts: str | Path | None, progress: bool = True) -> Collector:
-    from .loaders import read_table
     src, col = Path(src), Collector()
     if texts is None:
         raise DataError("py-irt data has no question texts, and JE-IRT embeds each question's text: pass "
@@ -382,7 +382,6 @@ def read_mapping(path: str | Path) -> dict[str, str]:
     """A model-name mapping: YAML/JSON `{name: canonical}`, or CSV/Parquet with columns name, canonical."""
     import yaml
 
-    from .loaders import read_table
     p = Path(path)
     if p.suffix in (".yaml", ".yml", ".json"):
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))

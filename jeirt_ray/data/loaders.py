@@ -13,24 +13,14 @@ import pandas as pd
 
 from .dataset import ResponseData
 from .errors import DataError
+from .importers import detect_format, import_results
+from .tables import read_table
 
 QUESTION_COLUMNS = ("question_id", "benchmark", "text")
 RESPONSE_COLUMNS = ("model", "question_id", "label")
 EMBEDLLM_COLUMNS = ("prompt_id", "prompt", "model_id", "model_name", "label", "category_id", "category")
 EMBEDLLM_FILES = ("train.csv", "val.csv", "test.csv")
 DuplicateRule = Literal["mean", "first", "last", "max", "error"]
-
-
-def read_table(path: Path) -> pd.DataFrame:
-    """CSV (optionally gzipped) or Parquet, every column read as text except where parsed later."""
-    name = path.name.lower()
-    if not path.exists():
-        raise DataError("file not found", file=str(path))
-    if name.endswith(".parquet"):
-        return pd.read_parquet(path)
-    if name.endswith((".csv", ".csv.gz")):
-        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[])
-    raise DataError("unsupported file type (expected .csv, .csv.gz or .parquet)", file=str(path))
 
 
 def _require_columns(df: pd.DataFrame, columns: tuple[str, ...], file: str) -> None:
@@ -178,7 +168,6 @@ def load_data(path: str | Path, *, embedllm_duplicates: DuplicateRule = "mean") 
     if (d / "train.csv").exists() and not any(d.glob("questions.*")):
         return load_embedllm(d, embedllm_duplicates)
     if d.is_dir() and not any(d.glob("questions.*")):
-        from .importers import detect_format, import_results
         fmt = detect_format(d)
         if fmt is not None:
             return import_results(fmt, d, progress=False)[0]

@@ -51,7 +51,7 @@ class Split:
         index = {q: i for i, q in enumerate(data.question_ids)}
         for i, name in enumerate(("train_questions", "val_questions", "test_questions")):
             part[[index[q] for q in obj[name]]] = i
-        if (part < 0).any():
+        if (part < 0).any() and obj["kind"] != "given":  # a user's own split may leave questions out
             raise ValueError(f"{path}: split does not cover question {data.question_ids[part < 0][0]!r}")
         return cls(obj["kind"], obj["seed"], part, obj.get("heldout_models", []), obj.get("info", {}))
 
@@ -96,3 +96,55 @@ def split_leave_benchmark_out(data: ResponseData, benchmark: str, seed: int = 0,
     part[order[:n_val]] = 1
     part[order[n_val:]] = 0
     return Split("leave_benchmark_out", seed, part, info={"benchmark": benchmark})
+
+
+SPLIT_NAMES = {"train": 0, "val": 1, "validation": 1, "test": 2}
+
+
+def split_from_table(table, data: ResponseData, origin: str = "split table") -> Split:
+    """A user's own split: a DataFrame with columns `question_id` and `split` (train, val or
+    test; `validation` is read as val). Questions it does not list take part in nothing;
+    it must give at least one training and one validation question."""
+    import pandas as pd
+    from .errors import DataError
+    missing = [c for c in ("question_id", "split") if c not in table.columns]
+    if missing:
+        raise DataError(f"missing column(s) {missing}; found {list(table.columns)} (expected question_id,split)",
+                        file=origin)
+    index = pd.Index(data.question_ids)
+    qids = table["question_id"].astype(str).to_numpy()
+    rows = index.get_indexer(qids)
+    if (rows < 0).any():
+        i = int(np.flatnonzero(rows < 0)[0])
+        raise DataError("question_id not in the dataset", file=origin, row=i + 1, column="question_id", value=qids[i])
+    names = table["split"].astype(str).str.strip().str.lower().to_numpy()
+    bad = ~np.isin(names, list(SPLIT_NAMES))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataError("split must be train, val or test", file=origin, row=i + 1, column="split",
+                        value=table["split"].iloc[i])
+    dup = pd.Index(qids).duplicated()
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0])
+        raise DataError("question listed twice", file=origin, row=i + 1, column="question_id", value=qids[i])
+    part = np.full(data.n_questions, -1, dtype=np.int8)
+    part[rows] = [SPLIT_NAMES[n] for n in names]
+    for which, name in ((0, "train"), (1, "val")):
+        if not (part == which).any():
+            raise DataError(f"no {name} question: a split needs training and validation questions", file=origin)
+    return Split("given", 0, part, info={"source": origin, "unlisted_questions": int((part < 0).sum())})
+
+
+def read_split(split, data: ResponseData) -> Split:
+    """`split` as a Split; a DataFrame or a CSV/Parquet file of question_id,split; or a
+    split.json that a run saved."""
+    import pandas as pd
+    if isinstance(split, Split):
+        return split
+    if isinstance(split, pd.DataFrame):
+        return split_from_table(split, data, "split table")
+    path = Path(split)
+    if path.suffix == ".json":
+        return Split.load(path, data)
+    from .tables import read_table
+    return split_from_table(read_table(path), data, str(path))

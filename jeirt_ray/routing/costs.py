@@ -81,19 +81,51 @@ def load_costs(table: dict[str, float], models: list[str] | np.ndarray, origin: 
     return costs
 
 
+def cost_weighted_choice(p: np.ndarray, costs: np.ndarray, weight: float,
+                         available: np.ndarray | None = None) -> np.ndarray:
+    """The `cost_weighted` rule: per row, the LLM with the highest p - weight * cost (among the
+    available ones)."""
+    scores = p - weight * costs[None, :]
+    return scores.argmax(1) if available is None else available_argmax(scores, available)
+
+
+def cheapest_within_margin(p: np.ndarray, costs: np.ndarray, margin: float,
+                           available: np.ndarray | None = None) -> np.ndarray:
+    """The `cheapest_within_margin` rule: per row, the cheapest LLM whose p is within `margin` of
+    the best available p (ties in cost: the higher p)."""
+    p = p if available is None else np.where(available, p, -np.inf)
+    ok = p >= p.max(1, keepdims=True) - margin
+    # among the LLMs within the margin: the lowest cost, then the highest p
+    order = np.lexsort((-np.where(ok, p, -np.inf), np.where(ok, costs[None, :], np.inf)), axis=1)
+    return order[:, 0]
+
+
 def cost_curve(scores: np.ndarray, costs: np.ndarray, labels: np.ndarray, n_points: int = 40) -> list[dict]:
-    """(average cost, accuracy) when routing each question to argmax(score - lambda * cost), for
-    lambda from 0 (ignore cost) up to a value where the cheapest available LLM wins everywhere."""
+    """(average cost, accuracy) when routing each question by the `cost_weighted` rule,
+    argmax(score - lambda * cost), for lambda from 0 (ignore cost) up to a value where the
+    cheapest available LLM wins everywhere."""
     available = ~np.isnan(labels)
     spread = float(np.nanmax(scores) - np.nanmin(scores))
     gap = float(costs.max() - costs.min()) or 1.0
     lambdas = np.concatenate([[0.0], np.geomspace(1e-4, 10.0, n_points - 1)]) * max(spread, 1e-12) / gap
     curve = []
     for lam in lambdas:
-        pick = available_argmax(scores - lam * costs[None, :], available)
+        pick = cost_weighted_choice(scores, costs, lam, available)
         curve.append({"lambda": float(lam), "avg_cost": float(costs[pick].mean()),
                       "accuracy": float(routed_labels(pick, labels).mean())})
     return curve
+
+
+def margin_curve(scores: np.ndarray, costs: np.ndarray, labels: np.ndarray,
+                 margins=(0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)) -> list[dict]:
+    """(average cost, accuracy) of the `cheapest_within_margin` rule at each margin."""
+    available = ~np.isnan(labels)
+    out = []
+    for margin in margins:
+        pick = cheapest_within_margin(scores, costs, margin, available)
+        out.append({"margin": float(margin), "avg_cost": float(costs[pick].mean()),
+                    "accuracy": float(routed_labels(pick, labels).mean())})
+    return out
 
 
 def single_llm_points(costs: np.ndarray, labels: np.ndarray) -> list[dict]:

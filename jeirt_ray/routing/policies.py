@@ -15,6 +15,8 @@ Signals a policy may combine, all computed from training data and the query text
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -162,10 +164,11 @@ def select_policy(signals: RoutingSignals, labels: np.ndarray, candidates: list[
     return candidates[best], table
 
 
-def tune_routing(space, prep) -> tuple[Policy, list[dict]]:
-    """Choose the routing policy on the validation questions of `prep` and store it in `space`
-    (metadata `routing_policy`, signal arrays in `space.routing`), so that the Serve router
-    applies what evaluation chose. Returns the policy and the validation table."""
+def tune_routing(space, prep) -> tuple[object, Policy, list[dict]]:
+    """Choose the routing policy on the validation questions of `prep`. Returns (a copy of
+    `space` that carries it: metadata `routing_policy`, signal arrays in `routing`, so that the
+    Serve router applies what evaluation chose; the policy; the validation table). `space`
+    itself is unchanged."""
     train = prep.pairs("train")
     builder = SignalBuilder.fit(prep.X, train.q.numpy(), train.m.numpy(), train.y.numpy(), prep.data.benchmarks,
                                 prep.data.n_models)
@@ -177,7 +180,8 @@ def tune_routing(space, prep) -> tuple[Policy, list[dict]]:
         raise ValueError("no validation question has a label: cannot choose a routing policy")
     signals = builder.build(space.predict_proba(prep.X[rows]), prep.X[rows])
     policy, table = select_policy(signals, labels, candidate_policies(ks=builder.ks, has_topic=signals.topic is not None))
-    space.metadata["routing_policy"] = {**policy.model_dump(), "val_accuracy": max(r["val_accuracy"] for r in table),
-                                        "benchmarks": builder.benches.tolist()}
-    space.routing = builder.to_arrays()
-    return policy, table
+    chosen = {**policy.model_dump(), "val_accuracy": max(r["val_accuracy"] for r in table),
+              "benchmarks": builder.benches.tolist()}
+    tuned = dataclasses.replace(space, metadata={**copy.deepcopy(space.metadata), "routing_policy": chosen},
+                                routing=builder.to_arrays())
+    return tuned, policy, table

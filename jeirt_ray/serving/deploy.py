@@ -19,9 +19,17 @@ def load_config(path: str | Path, model: str | None = None, port: int | None = N
     if port is not None:
         raw.setdefault("http_options", {})["port"] = port
     try:
-        return ServeDeploySchema.model_validate(raw)
+        config = ServeDeploySchema.model_validate(raw)
     except Exception as e:
         raise ValueError(f"{path}: not a valid Serve config: {e}") from e
+    from .settings import check_application
+    for app in config.applications:
+        if app.import_path.startswith("jeirt_ray."):
+            try:
+                check_application(app)
+            except ValueError as e:
+                raise ValueError(f"{path}: {e}") from None
+    return config
 
 
 def check_port(config) -> None:
@@ -88,3 +96,25 @@ def deploy(config, timeout_s: float = 300) -> str:
             raise TimeoutError(f"Serve applications not running after {timeout_s:.0f} s: {states}")
         time.sleep(0.5)
     return f"http://{config.http_options.host}:{config.http_options.port}"
+
+
+def serve_forever(path: str | Path, model: str | None = None, port: int | None = None, announce=print) -> None:
+    """`jeirt serve`: check the config, the port and the registry before anything starts,
+    deploy on Ray, and serve until SIGINT or SIGTERM."""
+    import signal
+    import threading
+
+    from ..distributed import init_ray
+    config = load_config(path, model, port)
+    check_port(config)
+    check_registry(config)  # also creates the MLflow store here, once, before any replica starts
+    init_ray()
+    url = deploy(config)
+    announce(f"serving on {url} (docs: {url}/docs). Try: jeirt route \"What is 2 + 2?\" --url {url}\n"
+             "Ctrl-C stops the service.")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    from ray import serve
+    serve.shutdown()

@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from ..routing.router import PolicyName
+
 MAX_QUERY_CHARS = 8000
 MAX_QUERIES = 64
 MAX_RESPONSES = 100_000
@@ -21,7 +23,7 @@ MAX_ONBOARD_BODY_BYTES = 64 * 2**20
 BLANK = " \t\n\r\f\v"
 TEXT_PATTERN = r"[^ \t\n\r\f\v]"
 Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS, pattern=TEXT_PATTERN)]
-Policy = Literal["tuned", "most_likely", "cost_weighted", "cheapest_within_margin"]
+Policy = PolicyName
 
 
 def exactly_one_of(a: str, a_type: str, b: str, b_type: str) -> dict:
@@ -56,6 +58,10 @@ class RouteRequest(BaseModel):
     @property
     def texts(self) -> list[str]:
         return [q.strip(BLANK) for q in ([self.query] if self.query is not None else self.queries)]
+
+    def options(self) -> dict:
+        """The routing options, as `routing.router.Router.route` takes them."""
+        return self.model_dump(include={"policy", "candidates", "top_k", "cost_weight", "margin", "budget"})
 
 
 class ModelScore(BaseModel):

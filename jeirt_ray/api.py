@@ -1,0 +1,150 @@
+"""The objects a Python user holds: `Space` (a trained JE-IRT space that predicts, routes and
+onboards from question texts) and `Registry` (MLflow's registry of spaces).
+
+    import jeirt_ray as jr
+    space = jr.Space.load("models:/demo@champion")     # or a saved folder
+    space.predict(["What is 2 + 2?"])                  # DataFrame: one column per LLM
+    space.route(["What is 2 + 2?"])[0]["chosen"]       # the LLM to ask
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import registry
+from .encoders import QuestionEncoder, make_encoder
+from .model.space import Space as _CoreSpace
+from .routing.router import PolicyName, Router
+
+
+def encoder_spec(encoder_id: str) -> str | None:
+    """The `encoder=` spec that rebuilds the encoder with cache id `encoder_id`, where the id
+    names it (a sentence-transformers name, the hashing encoder); None for a folder's id."""
+    if encoder_id.startswith("hashing-"):
+        return encoder_id
+    if encoder_id.startswith("st:"):
+        return encoder_id[3:]
+    return None
+
+
+@dataclasses.dataclass
+class Space(_CoreSpace):
+    """A trained JE-IRT space: an ensemble of members over one LLM table and one encoder.
+
+    Create one with `jr.train`, or load one with `Space.load`. Every method takes question texts:
+    the space encodes them with the encoder it was trained on (loaded on first use).
+    """
+
+    @classmethod
+    def from_core(cls, space: _CoreSpace) -> "Space":
+        """The public class over a space built by the core (training, the registry)."""
+        return space if isinstance(space, cls) else cls(**{f.name: getattr(space, f.name)
+                                                             for f in dataclasses.fields(_CoreSpace)})
+
+    @classmethod
+    def load(cls, location: str | Path, *, tracking_uri: str | None = None) -> "Space":
+        """A space saved with `save` (a folder), or a registered one: `models:/<name>@<alias>` or
+        `models:/<name>/<version>` (the registry at `tracking_uri`, default MLFLOW_TRACKING_URI or
+        $JEIRT_HOME/mlflow.db)."""
+        if str(location).startswith("models:/"):
+            location = registry.Registry(tracking_uri).download(str(location))
+        return super().load(location)
+
+    # ---- the encoder ------------------------------------------------------------------------
+    @property
+    def encoder(self) -> QuestionEncoder:
+        """The encoder the space was trained on: its own fine-tuned one, else the shared one
+        named by its encoder id (or set with `use_encoder`)."""
+        enc = self.__dict__.get("_encoder")
+        if enc is None:
+            spec = self.encoder_dir or self.metadata.get("encoder") or encoder_spec(self.encoder_id)
+            if spec is None:
+                raise ValueError(f"cannot tell which encoder made {self.encoder_id!r}: call "
+                                 f"space.use_encoder(<the sentence-transformers folder it was trained on>)")
+            enc = self.use_encoder(spec)
+        return enc
+
+    def use_encoder(self, encoder: str | QuestionEncoder) -> QuestionEncoder:
+        """Encode with `encoder` (a spec as in `jr.train(encoder=...)`, or an encoder object);
+        it must be the one the space was trained on (same encoder id)."""
+        enc = make_encoder(encoder) if isinstance(encoder, str) else encoder
+        if enc.encoder_id != self.encoder_id:
+            raise ValueError(f"encoder {enc.encoder_id!r} is not the one this space was trained on "
+                             f"({self.encoder_id!r})")
+        self.__dict__["_encoder"] = enc
+        return enc
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Frozen encoder embeddings of `texts`, (n, in_dim)."""
+        texts = _texts(texts)
+        return np.asarray(self.encoder.encode(texts), dtype=np.float32)
+
+    # ---- what a user asks -------------------------------------------------------------------
+    def predict(self, texts: Sequence[str]) -> pd.DataFrame:
+        """P(correct) of every LLM on every text: one row per text (in order, indexed by the
+        text), one column per LLM."""
+        texts = _texts(texts)
+        p = self.predict_proba(self.embed(texts))
+        return pd.DataFrame(p, index=pd.Index(texts, name="text"), columns=pd.Index(self.model_names, name="llm"))
+
+    def route(self, texts: Sequence[str], *, policy: PolicyName = "tuned", candidates: Sequence[str] | None = None,
+              top_k: int | None = 1, costs: dict[str, float] | None = None, cost_weight: float = 0.0,
+              margin: float = 0.02, budget: float | None = None) -> list[dict]:
+        """The LLM to ask for each text, as `POST /v1/route` answers: per text a dict with
+        `chosen`, `p_correct`, `scores` (the best `top_k` allowed LLMs; None: all), `policy`,
+        `difficulty`, `nearest_benchmark`, `expected_cost`.
+
+        `policy`: `tuned` (chosen on validation when the space was trained), `most_likely`,
+        `cost_weighted` or `cheapest_within_margin` (these two need `costs`, {LLM: price});
+        `candidates`: the LLMs allowed; `budget`: drop LLMs costing more."""
+        router = Router(self, costs)
+        return router.route(self.embed(texts), policy=policy, candidates=list(candidates) if candidates else None,
+                            top_k=top_k, cost_weight=cost_weight, margin=margin, budget=budget)
+
+    def onboard(self, name: str, questions: Sequence[str], labels: Sequence[float], *, holdout: float = 0.2,
+                seed: int = 0) -> "Space":
+        """A new Space with LLM `name` fitted from its `labels` (in [0, 1]) on `questions`: each a
+        question id of the space's training questions or a question text. Everything else stays
+        frozen; this space is unchanged. The fit's report is in
+        `new.metadata["onboarded"][name]`."""
+        from .model.onboarding import onboard
+        questions, labels = list(questions), np.asarray(labels, dtype=np.float64)
+        if len(questions) != len(labels):
+            raise ValueError(f"{len(questions)} questions but {len(labels)} labels")
+        if not len(questions):
+            raise ValueError("no responses to onboard from")
+        if ((labels < 0) | (labels > 1) | np.isnan(labels)).any():
+            bad = int(np.flatnonzero((labels < 0) | (labels > 1) | np.isnan(labels))[0])
+            raise ValueError(f"label {bad} is {labels[bad]!r}: labels must lie in [0, 1]")
+        pos = {q: i for i, q in enumerate(self.question_ids)} if self.question_embeddings is not None else {}
+        texts = [q for q in questions if q not in pos]
+        vectors = iter(self.embed(texts)) if texts else iter(())
+        x = np.stack([self.question_embeddings[pos[q]] if q in pos else next(vectors) for q in questions])
+        return Space.from_core(onboard(self, name, x, labels, holdout=holdout, seed=seed).space)
+
+
+def _texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError("pass a list of texts, e.g. space.predict([text])")
+    out = [str(t) for t in texts]
+    if not out:
+        raise ValueError("no texts given")
+    return out
+
+
+class Registry(registry.Registry):
+    """The MLflow registry of spaces: `register`, `promote`, `load`, `list` (default tracking URI:
+    MLFLOW_TRACKING_URI, else a SQLite database under $JEIRT_HOME)."""
+
+    def load(self, uri: str) -> Space:
+        """`models:/<name>@<alias>` or `models:/<name>/<version>` -> the Space."""
+        return Space.load(self.download(uri))
+
+    def list(self, name: str) -> list[dict]:
+        """Every version of `name`, newest first: version, aliases, tags, source."""
+        return self.versions(name)

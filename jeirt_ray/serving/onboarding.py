@@ -1,0 +1,59 @@
+"""Onboarding as a service, a plain class (the Onboarder deployment wraps it): fit a new LLM's
+vector on the LATEST registered version (not the alias), register the result as a new version
+and optionally move the alias. One request at a time, so concurrent onboardings each land in a
+version that keeps the others' models."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+
+from ..routing.router import Conflict, NotFound
+from .schemas import OnboardRequest
+
+
+class OnboardingService:
+    def __init__(self, model: str, encoder_id: str, tracking_uri: str | None = None, alias: str = "champion"):
+        from ..registry import Registry
+        self.registry = Registry(tracking_uri)
+        self.model, self.encoder_id, self.alias = model, encoder_id, alias
+        self.lock = asyncio.Lock()
+
+    async def onboard(self, request: OnboardRequest, text_vectors: np.ndarray | None) -> dict:
+        """`text_vectors`: the encoder embeddings of the responses given by `text`, in order."""
+        from ..model.onboarding import onboard
+        req = request
+        async with self.lock:
+            latest = max(self.registry.versions(self.model), key=lambda v: v["version"])["version"]
+            space = self.registry.load(f"models:/{self.model}/{latest}")
+            if space.question_embeddings is None:
+                raise Conflict(f"version {latest} of {self.model} stores no question embeddings; onboard "
+                               f"by 'text' or retrain it with this version of jeirt")
+            pos = {q: i for i, q in enumerate(space.question_ids)}
+            ids = [r.question_id for r in req.responses if r.question_id is not None]
+            unknown = [q for q in ids if q not in pos]
+            if unknown:
+                raise NotFound(f"{len(unknown)} unknown question_id(s), e.g. {unknown[:5]}: GET the space's "
+                               f"question ids from the registry, or onboard by 'text'")
+            texts = iter(text_vectors if text_vectors is not None else ())
+            rows = [space.question_embeddings[pos[r.question_id]] if r.question_id is not None else next(texts)
+                    for r in req.responses]
+            answered = set(ids)
+            unanswered = [q for q in space.question_ids if q not in answered]
+            cand_rows = np.array([pos[q] for q in unanswered], dtype=int)
+            result = await asyncio.to_thread(
+                onboard, space, req.model, np.stack(rows), np.array([r.label for r in req.responses]),
+                holdout=req.holdout, candidates=space.question_embeddings[cand_rows], candidate_ids=unanswered,
+                suggest=req.suggest)
+            metrics = {f"onboard.{k}": v for k, v in result.report.get("heldout", {}).items()}
+            version = self.registry.register(result.space, self.model, metrics)
+            if req.promote:
+                self.registry.promote(self.model, version, self.alias)
+        report = {**result.report, "version": version, "based_on_version": latest,
+                  "promoted_to": self.alias if req.promote else None}
+        if "heldout" in report:  # an AUC on one class is NaN, which JSON cannot carry
+            report["heldout"] = {k: None if isinstance(v, float) and math.isnan(v) else v
+                                 for k, v in report["heldout"].items()}
+        return report
