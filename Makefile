@@ -11,13 +11,13 @@ export TRANSFORMERS_OFFLINE ?= 1
 export RAY_USAGE_STATS_ENABLED ?= 0
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: demo test install mpnet clean
+.PHONY: demo test install docs mpnet clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[ray,test]"
+	$(BIN)/python -m pip install -q -e ".[ray,test,docs]"
 	touch $@
 
 install: $(BIN)/.installed
@@ -33,5 +33,9 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q -ra
 
+# the documentation site, into site/ (the same build runs, --strict, in the tests)
+docs: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .jeirt
+	rm -rf $(VENV) .jeirt site

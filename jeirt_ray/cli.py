@@ -295,3 +295,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+command = typer.main.get_command(app)  # the Click command, for the generated CLI reference (docs/reference/cli.md)

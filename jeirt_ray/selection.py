@@ -7,7 +7,7 @@ one ensemble. The search itself runs on Ray Tune (`distributed/select.py`); this
 no Ray code, so the choices are testable without a cluster.
 
 How the defaults were chosen (leave one dataset out over ../shared/data) is in
-docs/selection.md; `benchmarks/across_datasets.py` measures them.
+docs/results/selection.md; `benchmarks/across_datasets.py` measures them.
 """
 
 from __future__ import annotations

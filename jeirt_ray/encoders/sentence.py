@@ -74,7 +74,7 @@ class EncoderError(RuntimeError):
 class SentenceTransformerEncoder:
     """`precision`: fp32 (default); int8, dynamic int8 quantisation of the Linear layers for CPUs
     (checked against fp32 when loaded, refused where it distorts the vectors; figures in
-    docs/finetune.md); bf16 or fp16 for GPUs. The cache id names the precision, so the vectors of
+    docs/results/finetune.md); bf16 or fp16 for GPUs. The cache id names the precision, so the vectors of
     each are cached apart."""
 
     def __init__(self, name_or_path: str = DEFAULT_ENCODER, device: str | None = None,
