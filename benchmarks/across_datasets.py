@@ -32,7 +32,7 @@ from _common import SHARED, parser, write_json
 from jeirt_ray import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.distributed import init_ray
-from jeirt_ray.distributed.select import load_trial, run_search
+from jeirt_ray.distributed.tune import load_trial, run_search
 from jeirt_ray.encoders import make_encoder
 from jeirt_ray.evaluation import predictors
 from jeirt_ray.experiment import pair_probs, prepare

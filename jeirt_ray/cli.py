@@ -129,7 +129,7 @@ def tune(config: Path = typer.Argument(..., help="a sweep YAML, e.g. tune_config
     MLflow run nested under the sweep's, and the best trial's space is registered."""
     from . import paths, pipeline
     from .distributed import init_ray
-    from .distributed.tune import SweepConfig, run_sweep
+    from .distributed.sweep import SweepConfig, run_sweep
     from .registry import default_tracking_uri
     with expected_failures():
         sweep = SweepConfig.from_yaml(config)

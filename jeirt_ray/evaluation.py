@@ -22,7 +22,7 @@ METHODS = ("jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl")
 JEIRT_MEMBERS = 5
 
 
-def _space(prep: Prepared, members: list, configs: list[TrainConfig], metadata: dict) -> Space:
+def space_of(prep: Prepared, members: list, configs: list[TrainConfig], metadata: dict) -> Space:
     return Space(members, configs[0], prep.encoder_id, prep.X.shape[1], prep.data.models.tolist(),
                  prep.data.question_ids.tolist(),
                  metadata={"data": prep.data.name, "data_fingerprint": prep.data.fingerprint(),
@@ -44,17 +44,17 @@ def train_space(prep: Prepared, config: TrainConfig | None = None, members: int 
                       progress=progress) for i in range(members)]
     history = [{"seed": seed + i, "best_val_loss": r.best_val_loss, "best_epoch": r.best_epoch, "seconds": r.seconds,
                 **r.notes} for i, r in enumerate(results)]
-    return _space(prep, [r.module for r in results], [config.model_copy(update={"seed": seed})],
+    return space_of(prep, [r.module for r in results], [config.model_copy(update={"seed": seed})],
                   {"recipe": "fixed", "members": history})
 
 
 def searched_space(prep: Prepared, settings: SearchSettings, *, storage: str | Path,
                    tracking_uri: str | None = None, progress: bool = True) -> Space:
-    """JE-IRT's configuration searched on validation on Ray Tune (distributed.select); the best
+    """JE-IRT's configuration searched on validation on Ray Tune (distributed.tune); the best
     trials are the Space's members."""
-    from .distributed.select import run_search
+    from .distributed.tune import run_search
     res = run_search(prep, "jeirt", settings, storage=storage, tracking_uri=tracking_uri, progress=progress)
-    return _space(prep, res["members"], res["configs"], {"recipe": "searched", **_search_summary(res)})
+    return space_of(prep, res["members"], res["configs"], {"recipe": "searched", **_search_summary(res)})
 
 
 def _search_summary(res: dict) -> dict:
@@ -115,7 +115,7 @@ def predictors(prep: Prepared, methods=METHODS, *, search: SearchSettings | None
                 info["search"] = space.metadata["search"]
         elif name == "mf":
             if search is not None:
-                from .distributed.select import run_search
+                from .distributed.tune import run_search
                 res = run_search(prep, "mf", search, storage=search_storage, tracking_uri=tracking_uri,
                                  progress=progress)
                 modules, info = res["members"], {"recipe": "searched", **_search_summary(res)}

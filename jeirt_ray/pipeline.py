@@ -144,8 +144,9 @@ def ray_fitter(data_name: str, workers: int, gpus: bool = False, mlflow_run: str
     init_ray()
     mlflow_cfg = None
     if mlflow_run:
-        reg = Registry()
-        mlflow_cfg = {"tracking_uri": reg.tracking_uri, "run_id": reg.new_run(mlflow_run)}
+        from .tracking import Tracker
+        tracker = Tracker()
+        mlflow_cfg = {"tracking_uri": tracker.tracking_uri, "run_id": tracker.new_run(mlflow_run)}
     prefix = f"{data_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     storage = paths.home() / "ray_results"
     log.info("training on Ray Train: %s worker(s)%s; runs in %s/%s-*", workers, " with GPUs" if gpus else "",
@@ -320,10 +321,11 @@ def report(data: DataLike = None, *, out: str | Path, encoder: str = DEFAULT_ENC
     out = Path(out)
     results = run_report(prep, space, out, seed=seed, studies=list(studies) if studies else None, costs=cost_array)
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        reg = Registry()
-        run_id = reg.client.create_run(reg.experiment_id("jeirt-reports"), run_name=f"report-{prep.data.name}").info.run_id
-        reg.client.log_artifacts(run_id, str(out), artifact_path="report")
-        reg.client.set_terminated(run_id)
+        from .tracking import Tracker
+        tracker = Tracker()
+        run_id = tracker.new_run(f"report-{prep.data.name}", experiment="jeirt-reports")
+        tracker.log_artifacts(run_id, out, artifact_path="report")
+        tracker.end_run(run_id)
         log.info("logged to MLflow at %s", os.environ["MLFLOW_TRACKING_URI"])
     log.info("wrote %s, %s, results.json and the PNGs", out / "report.md", out / "report.html")
     return results

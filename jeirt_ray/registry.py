@@ -8,72 +8,34 @@ $JEIRT_HOME (MLflow refuses the old file store), overridden by MLFLOW_TRACKING_U
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
-import time
 from pathlib import Path
 
-from . import paths
 from .model.space import Space
+from .tracking import Tracker, default_tracking_uri
 
-EXPERIMENT = "jeirt"
+__all__ = ["Registry", "default_tracking_uri"]
+
 _URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
 
 
-def default_tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(paths.home() / 'mlflow.db').resolve()}"
-
-
-class Registry:
-    def __init__(self, tracking_uri: str | None = None):
-        import mlflow
-        from mlflow import MlflowClient
-
-        self.mlflow = mlflow
-        self.tracking_uri = tracking_uri or default_tracking_uri()
-        if self.tracking_uri.startswith("sqlite:///"):
-            Path(self.tracking_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        mlflow.set_tracking_uri(self.tracking_uri)
-        self.client = MlflowClient(self.tracking_uri)
-
-    def experiment_id(self, name: str = EXPERIMENT) -> str:
-        exp = self.client.get_experiment_by_name(name)
-        if exp is not None:
-            return exp.experiment_id
-        if self.tracking_uri.startswith(("http://", "https://", "databricks")):
-            return self.client.create_experiment(name)  # the server decides (e.g. --serve-artifacts)
-        # a local store: an explicit artifact location (MLflow's default is ./mlruns of whatever
-        # the working directory is)
-        artifacts = (paths.home() / "mlartifacts").resolve()
-        return self.client.create_experiment(name, artifact_location=artifacts.as_uri())
-
-    def new_run(self, run_name: str, parent_run_id: str | None = None) -> str:
-        """Create a run (nested under `parent_run_id` if given) that training can log into before
-        `register` ends it; returns its id."""
-        tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else None
-        return self.client.create_run(self.experiment_id(), run_name=run_name, tags=tags).info.run_id
+class Registry(Tracker):
+    """Spaces as registered model versions, on the MLflow store at `tracking_uri`."""
 
     def register(self, space: Space, name: str, metrics: dict[str, float] | None = None,
                  run_id: str | None = None) -> int:
         """Log the space as a run (a new one, or `run_id` from `new_run`) and register it as a
         new version of `name`."""
-        from mlflow.entities import Metric, Param, RunTag
-
         metrics = {k: float(v) for k, v in (metrics or {}).items()}
-        # the client API, not mlflow.start_run: no process-wide active run or experiment to clash
-        # with whatever else this process logged
         if run_id is None:
-            run_id = self.client.create_run(self.experiment_id(), run_name=f"register-{name}").info.run_id
+            run_id = self.new_run(f"register-{name}")
         params = {f"config.{k}": v for k, v in space.config.model_dump().items()}
         params |= {"encoder_id": space.encoder_id, "n_models": len(space.model_names), "members": len(space.members)}
-        now = int(time.time() * 1000)
-        self.client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
-                              params=[Param(k, str(v)) for k, v in params.items()],
-                              tags=[RunTag("data_fingerprint", space.metadata.get("data_fingerprint", "unknown"))])
+        self.log(run_id, metrics, params, tags={"data_fingerprint": space.metadata.get("data_fingerprint", "unknown")})
         with tempfile.TemporaryDirectory() as tmp:
-            self.client.log_artifacts(run_id, str(space.save(Path(tmp) / "space")), artifact_path="space")
-        self.client.set_terminated(run_id)
+            self.log_artifacts(run_id, space.save(Path(tmp) / "space"), artifact_path="space")
+        self.end_run(run_id)
         run = self.client.get_run(run_id)
         try:
             self.client.get_registered_model(name)
@@ -144,7 +106,8 @@ class Registry:
         """The local folder of the encoder saved with the space at `uri`."""
         version = self._with_own_encoder(uri)
         try:
-            return Path(self.mlflow.artifacts.download_artifacts(artifact_uri=f"{version.source}/encoder"))
+            return Path(self.mlflow.artifacts.download_artifacts(artifact_uri=f"{version.source}/encoder",
+                                                                         tracking_uri=self.tracking_uri))
         except Exception as e:
             raise LookupError(f"cannot download the encoder of {uri} from {self.tracking_uri}: {e}") from e
 
@@ -153,7 +116,8 @@ class Registry:
         points at (downloaded from the artifact store)."""
         version = self.resolve(uri)
         try:
-            return Path(self.mlflow.artifacts.download_artifacts(artifact_uri=version.source))
+            return Path(self.mlflow.artifacts.download_artifacts(artifact_uri=version.source,
+                                                                    tracking_uri=self.tracking_uri))
         except Exception as e:
             raise LookupError(f"cannot load {uri} from the registry at {self.tracking_uri}: {e}") from e
 

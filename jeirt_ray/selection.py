@@ -3,7 +3,7 @@
 `SearchSettings` says how much to search and how to rank trials; `search_space` gives the
 domains (the same grammar as the YAML sweeps) for JE-IRT and for matrix factorisation, sized
 from the data; `rank_trials` and `ensemble_members` turn finished trials into the members of
-one ensemble. The search itself runs on Ray Tune (`distributed/select.py`); this module holds
+one ensemble. The search itself runs on Ray Tune (`distributed/tune.py`); this module holds
 no Ray code, so the choices are testable without a cluster.
 
 How the defaults were chosen (leave one dataset out over ../shared/data) is in
@@ -60,6 +60,7 @@ class SearchSettings(BaseModel):
     gpus_per_trial: float = Field(0.0, ge=0, description="GPU share of each trial (0: CPU; 0.25: four a GPU)")
     members: int = Field(5, ge=1, description="the best trials kept as the ensemble")
     criterion: Literal["val_loss", "val_accuracy", "val_auc"] = "val_loss"
+    scheduler: Literal["asha", "fifo"] = Field("asha", description="asha: stop poor trials early; fifo: run all")
     seed: int = 0
 
 

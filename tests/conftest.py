@@ -71,6 +71,29 @@ def registry_env(home: Path, token: str | None = None):
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
+@contextlib.contextmanager
+def local_ray(num_cpus: int = 2):
+    """A fresh local Ray cluster (never a stranger's: address "local"), with the dashboard (Train's
+    placement-group cleanup goes through the State API); Serve and Ray shut down on exit."""
+    import ray
+    ray.init(address="local", num_cpus=num_cpus, log_to_driver=False)
+    try:
+        yield
+    finally:
+        from ray import serve
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One local Ray cluster for the test module that asks for it."""
+    with local_ray():
+        yield
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -100,18 +123,11 @@ def serving(space, name: str, home: Path, *, token: str | None = None, edit=None
             **args):
     """`space` registered as models:/<name>@champion in a registry under `home`, served with
     local.yaml (see local_serve_config) on a local Ray cluster of 2 CPUs; yields the base URL."""
-    import ray
-    from ray import serve
-
     from jeirt_ray.registry import Registry
     from jeirt_ray.serving.deploy import deploy, load_config
     with registry_env(home, token):
         reg = Registry()
         reg.promote(name, reg.register(space, name), "champion")
         path = local_serve_config(home / "serve.yaml", edit, cpus, model=name, **args)
-        ray.init(address="local", num_cpus=2, log_to_driver=False)
-        try:
+        with local_ray():
             yield deploy(load_config(path))
-        finally:
-            serve.shutdown()
-            ray.shutdown()

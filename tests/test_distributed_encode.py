@@ -8,14 +8,7 @@ from jeirt_ray.encoders import EmbeddingCache, HashingEncoder
 ray = pytest.importorskip("ray")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-def test_ray_encode_matches_plain_and_caches(cluster, tmp_path):
+def test_ray_encode_matches_plain_and_caches(ray_cluster, tmp_path):
     from jeirt_ray.distributed.encode import encode_with_ray
     texts = [f"question number {i} about topic {i % 7}" for i in range(300)] + ["question number 0 about topic 0"]
     vecs = encode_with_ray("hashing-64", texts, tmp_path, replicas=2, batch_size=32, progress=False)

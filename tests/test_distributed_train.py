@@ -18,14 +18,6 @@ CFG = TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=14, patience=100)
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    # the dashboard stays on: Train's placement-group cleanup goes through the State API
-    ray.init(address="local", num_cpus=2, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def prep(synthetic):
     return prepare(synthetic, HashingEncoder(128), progress=False)
 
@@ -34,7 +26,7 @@ def _args(prep):
     return prep.X, prep.data.n_models, prep.pairs("train"), prep.pairs("val"), CFG
 
 
-def test_local_mode_is_the_single_process_run(cluster, prep, tmp_path):
+def test_local_mode_is_the_single_process_run(ray_cluster, prep, tmp_path):
     from jeirt_ray.distributed.train import ray_fit
     plain = fit(*_args(prep), progress=False)
     local = ray_fit(*_args(prep), workers=0, storage=tmp_path, name="local", progress=False)
@@ -53,7 +45,7 @@ def _train_worker_pids() -> list[int]:
     return pids
 
 
-def test_two_workers_and_a_killed_worker_resumes(cluster, prep, tmp_path):
+def test_two_workers_and_a_killed_worker_resumes(ray_cluster, prep, tmp_path):
     """DDP on 2 workers learns like one process; killing a worker mid-run makes Ray restart the
     group, which resumes from the latest checkpoint and ends where an uninterrupted run ends."""
     from jeirt_ray.distributed.train import ray_fit

@@ -19,7 +19,7 @@ from jeirt_ray.model.token_states import TokenStates
 from jeirt_ray.model.train import Pairs, TrainConfig, fit
 from jeirt_ray.selection import fixed_config
 
-from .conftest import local_serve_config, registry_env
+from .conftest import local_ray, local_serve_config, registry_env
 
 SETTINGS = FinetuneSettings(layers=1, max_epochs=3, encoder_lr=1e-3)
 HEAD = TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=30, patience=5)
@@ -99,12 +99,8 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     home = tmp_path_factory.mktemp("ft-serve")
-    with registry_env(home):
-        ray.init(address="local", num_cpus=2, log_to_driver=False)
+    with registry_env(home), local_ray():
         yield home
-        from ray import serve
-        serve.shutdown()
-        ray.shutdown()
 
 
 def test_finetuning_under_ddp_on_two_workers(cluster, data, tiny_encoder, tuned):

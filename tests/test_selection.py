@@ -40,17 +40,9 @@ def test_trials_are_ranked_by_the_criterion_and_only_completed_ones_count():
 
 
 def test_trials_report_at_ashas_rungs_only():
-    from jeirt_ray.distributed.select import rungs
+    from jeirt_ray.distributed.tune import rungs
     assert rungs(SearchSettings(grace_period=6, reduction_factor=3, max_epochs=60)) == [6, 18, 54]
     assert rungs(SearchSettings(grace_period=5, reduction_factor=2, max_epochs=30)) == [5, 10, 20]
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +57,7 @@ def test_search_finds_the_planted_region(ray_cluster, prep, tmp_path):
     """The data's JE-IRT geometry has 8 dimensions and LLMs with different specialities: one
     dimension cannot hold them, so every trial with dim 1 must lose to the trials with dim 16,
     whatever the other (random) settings."""
-    from jeirt_ray.distributed.select import run_search
+    from jeirt_ray.distributed.tune import run_search
     from jeirt_ray.selection import Domain
     space = {"dim": Domain(choice=[1, 16]), "lr": Domain(loguniform=(2e-3, 5e-3)),
              "dropout": Domain(uniform=(0.0, 0.2))}

@@ -4,7 +4,6 @@ deployments/local.yaml on 127.0.0.1 driven over HTTP (one Ray cluster for this m
 import concurrent.futures
 import dataclasses
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -16,6 +15,8 @@ from jeirt_ray.encoders import HashingEncoder
 from jeirt_ray.evaluation import train_space
 from jeirt_ray.experiment import prepare
 from jeirt_ray.model.train import TrainConfig
+
+from .conftest import free_port, local_ray, registry_env
 
 ray = pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
@@ -29,20 +30,13 @@ def registry(tmp_path_factory, synthetic):
     """A registered space (hashing encoder) as models:/serve-test@champion, and the environment
     that the Serve replicas inherit (set before the module's Ray cluster starts)."""
     from jeirt_ray.registry import Registry
-    home = tmp_path_factory.mktemp("serve")
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "JEIRT_HOME", "JEIRT_API_TOKEN")}
-    os.environ.update(MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}", JEIRT_HOME=str(home),
-                      JEIRT_API_TOKEN=TOKEN)
-    prep = prepare(synthetic, HashingEncoder(384), progress=False)
-    space = train_space(prep, TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=40), members=1, progress=False)
-    reg = Registry()
-    reg.promote(NAME, reg.register(space, NAME), "champion")
-    yield reg, space, prep
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with registry_env(tmp_path_factory.mktemp("serve"), TOKEN):
+        prep = prepare(synthetic, HashingEncoder(384), progress=False)
+        space = train_space(prep, TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=40), members=1,
+                            progress=False)
+        reg = Registry()
+        reg.promote(NAME, reg.register(space, NAME), "champion")
+        yield reg, space, prep
 
 
 def test_local_testing_mode_routes_without_a_cluster(registry):
@@ -93,16 +87,8 @@ def test_onboarding_without_a_configured_token_is_403_not_5xx(monkeypatch):
     assert e.value.status_code == 403 and "set JEIRT_API_TOKEN" in e.value.detail
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def service(registry, tmp_path_factory):
-    from ray import serve
-
     from jeirt_ray.serving.deploy import deploy, load_config
     raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
     app = raw["applications"][0]
@@ -118,11 +104,8 @@ def service(registry, tmp_path_factory):
     router["user_config"]["refresh_s"] = 1
     path = tmp_path_factory.mktemp("cfg") / "local.yaml"
     path.write_text(yaml.safe_dump(raw))
-    ray.init(address="local", num_cpus=2, log_to_driver=False)
-    url = deploy(load_config(path, model=NAME, port=_free_port()))
-    yield url
-    serve.shutdown()
-    ray.shutdown()
+    with local_ray():
+        yield deploy(load_config(path, model=NAME, port=free_port()))
 
 
 def _models(url):

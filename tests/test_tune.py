@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from jeirt_ray.cli import app
-from jeirt_ray.distributed.tune import SweepConfig
+from jeirt_ray.distributed.sweep import SweepConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

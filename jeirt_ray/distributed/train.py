@@ -42,11 +42,8 @@ def load_state(directory: str | Path) -> TrainState:
 def _log_to_mlflow(mlflow_cfg: dict | None, row: dict, prefix: str) -> None:
     if not mlflow_cfg:
         return
-    from mlflow import MlflowClient
-    from mlflow.entities import Metric
-    now = int(time.time() * 1000)
-    MlflowClient(mlflow_cfg["tracking_uri"]).log_batch(mlflow_cfg["run_id"], metrics=[
-        Metric(f"{prefix}{k}", float(v), now, row["epoch"]) for k, v in row.items() if k != "epoch"])
+    from ..tracking import Tracker
+    Tracker(mlflow_cfg["tracking_uri"]).log(mlflow_cfg["run_id"], history=[row], prefix=prefix)
 
 
 def train_loop(cfg: dict) -> None:

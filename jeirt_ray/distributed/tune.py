@@ -1,29 +1,15 @@
-"""Ray Tune sweeps: `jeirt tune tune_configs/<name>.yaml`.
+"""The one Ray Tune driver: the per-dataset search (`jeirt train`, `jeirt evaluate`) and the
+YAML sweeps (`jeirt tune`, distributed/sweep.py) both run their trials here.
 
-The YAML grammar (validated by `SweepConfig`; unknown keys are errors):
+Configurations come from domains (`selection.search_space` by default: random ones; a sweep's
+own, grids included); ASHA stops the poor ones by epoch on validation loss (or FIFO runs them
+all); trials run concurrently; the completed trials are ranked on the validation criterion.
 
-    name: smoke                 # names the sweep's MLflow run and its folder
-    data: null                  # dataset folder; null: the embedded SYNTHETIC dataset
-    encoder: hashing            # as `--encoder` elsewhere
-    finetune: null              # top-K or all: fine-tune the encoder end to end first (as `jeirt
-    encoder_lr: 3.0e-5          #   train --finetune`), then sweep the heads on its embeddings
-    split_seed: 0               # the split by question (80/10/10)
-    workers: 1                  # Ray Train workers per trial (each trial is one TorchTrainer)
-    gpus: false                 # one GPU per worker
-    max_concurrent: 2           # trials at once
-    num_samples: 1              # samples of the random domains (grids multiply them)
-    base: {kind: jeirt, max_epochs: 30}   # TrainConfig fields every trial shares
-    search:                     # TrainConfig fields to vary, each with ONE domain:
-      dim: {grid: [8, 16, 32]}          #   grid: every value, in every sample
-      hidden: {choice: [64, 128]}       #   choice: one value per sample
-      lr: {loguniform: [1.0e-4, 1.0e-2]} #   loguniform / uniform: [low, high]; randint: [low, high)
-    scheduler: {type: asha, grace_period: 5, reduction_factor: 2}   # or {type: fifo}
-    register: smoke-best        # register the best trial's space under this name (optional)
-    plot: dim                   # plot test accuracy against this searched field (optional)
-
-Each trial is a Ray Train run (`ray_fit`) whose epochs reach Tune through TuneReportCallback (the
-Train V2 way); ASHA stops poor trials on validation loss, by epoch. Every trial is an MLflow run
-nested under the sweep's run; the best completed trial (lowest validation loss) is registered.
+A trial is the core trainer `fit` in the Tune trial's process (the search: a TorchTrainer per
+trial would cost more than these small models take to train), or, with `workers`, a Ray Train
+run of it (a sweep's `workers:`), whose epochs reach Tune through TuneReportCallback. Either
+way it saves its best weights (safetensors) with its validation loss, accuracy and AUC, and is
+one MLflow run nested under the search's run. Nothing here reads the test split.
 """
 
 from __future__ import annotations
@@ -31,218 +17,187 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Literal
 
 import numpy as np
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+import torch
+from safetensors.torch import load_file, save_file
 
-from ..model.train import TrainConfig
-from ..selection import Domain
-
-
-class Scheduler(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["asha", "fifo"] = "asha"
-    grace_period: int = Field(5, ge=1, description="epochs every trial runs before it can be stopped")
-    reduction_factor: float = Field(2, gt=1)
+from ..model.metrics import binary_metrics
+from ..model.modules import build_module
+from ..model.train import FitResult, Pairs, TrainConfig, fit, pair_logits
+from ..selection import Domain, SearchSettings, base_config, default_trials, ensemble_members, search_space
+from . import quiet_tune, trial_bar
 
 
-class SweepConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    data: str | None = None
-    encoder: str = "all-MiniLM-L6-v2"
-    finetune: str | None = Field(None, pattern=r"^(top-[1-9][0-9]*|all)$")
-    encoder_lr: float = Field(3e-5, gt=0)
-    split_seed: int = 0
-    workers: int = Field(1, ge=1)
-    gpus: bool = False
-    max_concurrent: int = Field(2, ge=1)
-    num_samples: int = Field(1, ge=1)
-    base: dict[str, Any] = Field(default_factory=dict)
-    search: dict[str, Domain]
-    scheduler: Scheduler = Field(default_factory=Scheduler)
-    register_as: str | None = Field(None, alias="register")  # `register` would shadow BaseModel's
-    plot: str | None = None
-
-    @model_validator(mode="after")
-    def fields_exist(self):
-        fields = set(TrainConfig.model_fields)
-        for where, keys in (("base", self.base), ("search", self.search)):
-            unknown = sorted(set(keys) - fields)
-            if unknown:
-                raise ValueError(f"{where}: unknown TrainConfig field(s) {unknown}; known: {sorted(fields)}")
-        both = sorted(set(self.base) & set(self.search))
-        if both:
-            raise ValueError(f"{both} given in both base and search")
-        TrainConfig(**self.base)  # fixed values valid on their own
-        if self.plot is not None and self.plot not in self.search:
-            raise ValueError(f"plot: {self.plot!r} is not a searched field ({sorted(self.search)})")
-        return self
-
-    @property
-    def trials(self) -> int:
-        """Tune's trial count: num_samples times every grid's size."""
-        return self.num_samples * int(np.prod([len(d.grid) for d in self.search.values() if d.grid is not None]))
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> "SweepConfig":
-        path = Path(path)
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as e:
-            raise ValueError(f"{path}: cannot read the sweep config: {e}") from e
-        try:
-            return cls(**(raw or {}))
-        except ValidationError as e:
-            raise ValueError(f"{path}: invalid sweep config:\n{e}") from e
+def rungs(settings: SearchSettings) -> list[int]:
+    """The epochs at which ASHA compares trials: grace_period * reduction_factor^k < max_epochs."""
+    out, t = [], float(settings.grace_period)
+    while t < settings.max_epochs:
+        out.append(int(round(t)))
+        t *= settings.reduction_factor
+    return out
 
 
-def _trial(params: dict, *, X, n_models, train, val, test, test_rows, sweep: dict, storage: str, mlflow_cfg: dict,
-           encoder_id: str, model_names: list[str]) -> None:
-    """One trial: a Ray Train run of the core trainer, reported to Tune epoch by epoch."""
-    from mlflow import MlflowClient
+def val_metrics(module: torch.nn.Module, X, val: Pairs) -> dict[str, float]:
+    """Validation loss, accuracy and AUC of a trained module: what trials are ranked by."""
+    p = torch.sigmoid(pair_logits(module, torch.as_tensor(X), val)).numpy()
+    m = binary_metrics(p, val.y.numpy())
+    return {"val_loss": m["log_loss"], "val_accuracy": m["test_accuracy"], "val_auc": m["auc"]}
+
+
+def _fit_in_trial(X, n_models, train: Pairs, val: Pairs, config: TrainConfig, report_at: list[int],
+                  device: str) -> FitResult:
+    """The core `fit` in this process, reporting its best validation loss so far at ASHA's rungs
+    only: a report costs a round trip to the driver, longer than a small epoch."""
     from ray import tune
+    best_loss = [float("inf")]
+
+    def on_epoch(row: dict, snapshot, last: bool) -> None:
+        best_loss[0] = min(best_loss[0], row["val_loss"])
+        if row["epoch"] + 1 in report_at:
+            tune.report({"epoch": row["epoch"] + 1, "val_loss": best_loss[0]})
+
+    return fit(X, n_models, train, val, config, progress=False, on_epoch=on_epoch, device=device)
+
+
+def _fit_on_ray_train(X, n_models, train: Pairs, val: Pairs, config: TrainConfig, trial_id: str, workers: int,
+                      gpus: bool, storage: str, mlflow_cfg: dict | None, run_id: str | None) -> FitResult:
+    """A Ray Train run of `fit` (rank 0 logs its epochs into the trial's MLflow run), its epochs
+    reported to Tune as they come."""
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from ..experiment import pair_probs
-    from ..model.metrics import binary_metrics
-    from ..model.space import Space
-    from ..model.train import Pairs
     from .train import ray_fit
+    mlflow = {"tracking_uri": mlflow_cfg["tracking_uri"], "run_id": run_id} if mlflow_cfg else None
+    return ray_fit(X, n_models, train, val, config, workers=workers, use_gpu=gpus, storage=storage,
+                   name=f"trial-{trial_id}", progress=False, mlflow=mlflow, callbacks=[TuneReportCallback()])
 
+
+def _trial(params: dict, *, X, n_models, train, val, base: dict, report_at: list[int], threads: int, storage: str,
+           mlflow_cfg: dict | None, device: str = "cpu", workers: int | None = None, gpus: bool = False) -> None:
+    from ray import tune
+
+    torch.set_num_threads(threads)  # trials run side by side on their share of the CPUs
     trial_id = tune.get_context().get_trial_id()
-    config = TrainConfig(**{**sweep["base"], **params})
-    client = MlflowClient(mlflow_cfg["tracking_uri"])
-    parent = client.get_run(mlflow_cfg["parent_run_id"])
-    run_id = client.create_run(parent.info.experiment_id, run_name=f"trial-{trial_id}",
-                               tags={"mlflow.parentRunId": parent.info.run_id}).info.run_id
-    for k, v in config.model_dump().items():
-        client.log_param(run_id, k, v)
-    result = ray_fit(X, n_models, train, val, config, workers=sweep["workers"], use_gpu=sweep["gpus"],
-                     storage=storage, name=f"trial-{trial_id}", progress=False,
-                     mlflow={"tracking_uri": mlflow_cfg["tracking_uri"], "run_id": run_id},
-                     callbacks=[TuneReportCallback()])
-    space = Space([result.module], config, encoder_id, X.shape[1], model_names,
-                  metadata={"tune_trial": trial_id, "best_val_loss": result.best_val_loss})
-    space_dir = space.save(Path(storage) / "spaces" / trial_id)
-    test_pairs = Pairs.from_numpy(*test)
-    metrics = binary_metrics(pair_probs(space.predict_proba(X[test_rows]), test_rows, test_pairs),
-                             test_pairs.y.numpy())
-    final = {"best_val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
-             **{f"test_{k}" if not k.startswith("test_") else k: v for k, v in metrics.items()}}
-    for k, v in final.items():
-        client.log_metric(run_id, k, float(v))
-    client.set_terminated(run_id)
-    # one more report after the last epoch: what the driver ranks and plots
-    tune.report({"epoch": result.epochs, "val_loss": result.best_val_loss, **final, "space_dir": str(space_dir),
-                 "mlflow_run_id": run_id, "completed": True})
+    config = TrainConfig(**{**base, **params})
+    train_pairs, val_pairs = Pairs.from_numpy(*train), Pairs.from_numpy(*val)
+    tracker = run_id = None
+    if mlflow_cfg:
+        from ..tracking import Tracker
+        tracker = Tracker(mlflow_cfg["tracking_uri"])
+        if workers is not None:  # Ray Train's rank 0 logs the epochs into it as they come
+            run_id = tracker.new_run(f"trial-{trial_id}", mlflow_cfg["parent_run_id"])
+    if workers is None:
+        result = _fit_in_trial(X, n_models, train_pairs, val_pairs, config, report_at, device)
+    else:
+        result = _fit_on_ray_train(X, n_models, train_pairs, val_pairs, config, trial_id, workers, gpus, storage,
+                                   mlflow_cfg, run_id)
+    result.module.cpu()
+    best = val_metrics(result.module, X, val_pairs)  # the kept (best-loss) weights, every criterion
+    out = Path(storage) / "trials" / trial_id
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in result.module.state_dict().items()}, str(out / "weights.safetensors"))
+    record = {"trial_id": trial_id, "config": config.model_dump(), "best": best, "epochs": result.epochs,
+              "seconds": result.seconds, "dir": str(out), "completed": True}
+    if tracker is not None:
+        if run_id is None:  # the in-process path: one run per finished trial, its epochs in one batch
+            run_id = tracker.new_run(f"trial-{trial_id}", mlflow_cfg["parent_run_id"])
+        tracker.log(run_id, {f"best_{k}": v for k, v in best.items()}, config.model_dump(),
+                    history=result.history if workers is None else None)
+        tracker.end_run(run_id)
+    record["mlflow_run_id"] = run_id
+    (out / "trial.json").write_text(json.dumps(record))
+    tune.report({"epoch": result.epochs, "val_loss": best["val_loss"], "completed": True, "trial_dir": str(out)})
 
 
-def run_sweep(sweep: SweepConfig, prep, *, storage: str | Path, tracking_uri: str, out: Path | None = None,
-              progress: bool = True) -> dict:
-    """Run the sweep on the current Ray cluster; returns a summary (trials, best, plot path)."""
-    import mlflow
+def load_trial(trial: dict, in_dim: int, n_models: int) -> torch.nn.Module:
+    """The saved best weights of a completed trial."""
+    cfg = TrainConfig(**trial["config"])
+    mod = build_module(cfg.kind, in_dim, n_models, **cfg.model_dump(exclude={"kind"}))
+    mod.load_state_dict(load_file(str(Path(trial["dir"]) / "weights.safetensors")))
+    return mod.eval()
+
+
+def run_search(prep, kind: str, settings: SearchSettings, *, storage: str | Path,
+               tracking_uri: str | None = None, space: dict[str, Domain] | None = None,
+               base: dict | None = None, workers: int | None = None, gpus: bool = False,
+               run_name: str | None = None, progress: bool = True) -> dict:
+    """Search `kind`'s configuration on prep's validation split on the current Ray cluster;
+    returns {"members": [modules, best first], "configs", "trials" (every one), "settings",
+    "seconds", "storage", "mlflow_run_id"}. `space` replaces the default domains
+    (selection.search_space; grids multiply `settings.trials` samples, as in Tune), `base` adds
+    TrainConfig fields every trial shares, `workers` makes each trial a Ray Train run with that
+    many workers (`gpus`: one GPU each). With `tracking_uri`, the search is an MLflow run
+    (`run_name`) and every finished trial a run nested under it."""
+    quiet_tune()
+    import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.search import BasicVariantGenerator
 
-    from ..registry import Registry
-    from . import quiet_tune, trial_bar
-    quiet_tune()
-
-    reg = Registry(tracking_uri)
-    parent_run_id = reg.new_run(f"sweep-{sweep.name}")
-    mlflow.MlflowClient(tracking_uri).log_dict(parent_run_id, sweep.model_dump(mode="json", by_alias=True),
-                                               "sweep.json")
-    storage = Path(storage).resolve() / f"{sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    train, val, test = prep.pairs("train"), prep.pairs("val"), prep.pairs("test")
-    arrays = {"X": np.asarray(prep.X, dtype=np.float32), "n_models": prep.data.n_models,
-              "train": train, "val": val, "test": (test.q.numpy(), test.m.numpy(), test.y.numpy()),
-              "test_rows": prep.rows("test")}
+    train, val = prep.pairs("train"), prep.pairs("val")
+    n_train_q = int(np.unique(train.q.numpy()).size)
+    samples = settings.trials or default_trials(len(train))
+    space = space or search_space(kind, prep.X.shape[1], n_train_q)
+    trials = samples * int(np.prod([len(d.grid) for d in space.values() if d.grid is not None]))
+    base = {**base_config(kind, settings), **(base or {})}
+    storage = Path(storage).resolve() / f"{prep.data.name}-{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}"
+    mlflow_cfg = None
+    if tracking_uri:
+        from ..tracking import Tracker
+        tracker = Tracker(tracking_uri)
+        parent_run_id = tracker.new_run(run_name or f"search-{prep.data.name}-{kind}")
+        mlflow_cfg = {"tracking_uri": tracking_uri, "parent_run_id": parent_run_id}
+        tracker.log_dict(parent_run_id, {"settings": settings.model_dump(), "trials": trials,
+                                         "space": {k: d.model_dump(exclude_none=True) for k, d in space.items()}},
+                         "search.json")
+    cpus = max(1.0, ray.cluster_resources().get("CPU", 1.0))
+    concurrent = settings.concurrent or int(cpus)
     trainable = tune.with_parameters(
-        _trial, **arrays, sweep={"base": sweep.base, "workers": sweep.workers, "gpus": sweep.gpus},
-        storage=str(storage), mlflow_cfg={"tracking_uri": tracking_uri, "parent_run_id": parent_run_id},
-        encoder_id=prep.encoder_id, model_names=prep.data.models.tolist())
-    max_epochs = TrainConfig(**sweep.base).max_epochs
-    scheduler = (ASHAScheduler(time_attr="epoch", max_t=max_epochs, grace_period=sweep.scheduler.grace_period,
-                               reduction_factor=sweep.scheduler.reduction_factor)
-                 if sweep.scheduler.type == "asha" else FIFOScheduler())
+        _trial, X=np.asarray(prep.X, dtype=np.float32), n_models=prep.data.n_models,
+        train=(train.q.numpy(), train.m.numpy(), train.y.numpy()), val=(val.q.numpy(), val.m.numpy(), val.y.numpy()),
+        base=base, report_at=rungs(settings), threads=max(1, int(cpus // concurrent)),
+        device="cuda" if settings.gpus_per_trial else "cpu", storage=str(storage), mlflow_cfg=mlflow_cfg,
+        workers=workers, gpus=gpus)
+    scheduler = (ASHAScheduler(time_attr="epoch", max_t=settings.max_epochs, grace_period=settings.grace_period,
+                               reduction_factor=settings.reduction_factor)
+                 if settings.scheduler == "asha" else FIFOScheduler())
+    # a Ray Train trial only waits on its TorchTrainer, whose workers hold the CPUs and GPUs
+    resources = {"cpu": cpus / concurrent, "gpu": settings.gpus_per_trial} if workers is None else {"cpu": 0.01}
     tuner = tune.Tuner(
-        # the trial itself only waits on its TorchTrainer, whose workers hold the CPUs/GPUs
-        tune.with_resources(trainable, {"cpu": 0.01}),
-        param_space={k: d.to_tune() for k, d in sweep.search.items()},
-        tune_config=tune.TuneConfig(metric="val_loss", mode="min", scheduler=scheduler,
-                                    num_samples=sweep.num_samples, max_concurrent_trials=sweep.max_concurrent),
-        run_config=tune.RunConfig(name="tune", storage_path=str(storage), verbose=0, progress_reporter=None,
-                                  callbacks=[trial_bar(sweep.trials, f"sweep {sweep.name}", progress)]))
+        tune.with_resources(trainable, resources),
+        param_space={k: d.to_tune() for k, d in space.items()},
+        tune_config=tune.TuneConfig(metric="val_loss", mode="min", scheduler=scheduler, num_samples=samples,
+                                    max_concurrent_trials=concurrent,
+                                    search_alg=BasicVariantGenerator(random_state=settings.seed),
+                                    reuse_actors=workers is None),
+        run_config=tune.RunConfig(name="search", storage_path=str(storage), verbose=0, progress_reporter=None,
+                                  callbacks=[trial_bar(trials, f"searching {kind}", progress)]))
+    start = time.perf_counter()
     grid = tuner.fit()
-    trials = []
-    for r in grid:
-        m = r.metrics or {}
-        trials.append({"params": {k: r.config[k] for k in sweep.search}, "completed": bool(m.get("completed")),
-                       "epochs": m.get("epoch"), "val_loss": m.get("val_loss"),
-                       "test_accuracy": m.get("test_accuracy"), "space_dir": m.get("space_dir"),
-                       "mlflow_run_id": m.get("mlflow_run_id"), "error": str(r.error) if r.error else None})
-    done = [t for t in trials if t["completed"]]
-    if not done:
-        raise RuntimeError(f"no trial of sweep {sweep.name!r} completed: {[t['error'] for t in trials]}")
-    best = min(done, key=lambda t: t["val_loss"])
-    summary = {"name": sweep.name, "parent_run_id": parent_run_id, "storage": str(storage), "trials": trials,
-               "best": best}
-    client = mlflow.MlflowClient(tracking_uri)
-    client.log_metric(parent_run_id, "best_val_loss", best["val_loss"])
-    client.log_metric(parent_run_id, "best_test_accuracy", best["test_accuracy"])
-    out = Path(out or storage)
-    out.mkdir(parents=True, exist_ok=True)
-    if sweep.plot:
-        summary["plot"] = str(plot_sweep(done, sweep.plot, out / f"{sweep.name}.png", sweep.name))
-        client.log_artifact(parent_run_id, summary["plot"])
-    if sweep.register_as:
-        import dataclasses
-
-        from ..model.space import Space
-        # trials save only weights; the registered space carries the questions as train_space's
-        # do, so serving can onboard by question id and name a query's nearest benchmark
-        space = dataclasses.replace(
-            Space.load(best["space_dir"]), question_ids=prep.data.question_ids.tolist(),
-            question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist(),
-            encoder_dir=prep.encoder_dir, question_texts=prep.data.texts.tolist())
-        space.metadata["data_fingerprint"] = prep.data.fingerprint()
-        if prep.finetune:
-            space.metadata["finetune"] = prep.finetune
-        summary["registered_version"] = reg.register(space, sweep.register_as, {
-            "best_val_loss": best["val_loss"], "test_accuracy": best["test_accuracy"]}, run_id=best["mlflow_run_id"])
-    (out / f"{sweep.name}.json").write_text(json.dumps(summary, indent=1, default=str))
-    client.log_artifact(parent_run_id, str(out / f"{sweep.name}.json"))
-    client.set_terminated(parent_run_id)
-    return summary
-
-
-def plot_sweep(trials: list[dict], field: str, path: Path, title: str) -> Path:
-    """Test accuracy of completed trials against one searched field (best trial per value)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_value: dict = {}
-    for t in trials:
-        v = t["params"][field]
-        if v not in by_value or t["val_loss"] < by_value[v]["val_loss"]:
-            by_value[v] = t
-    xs = sorted(by_value)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(xs, [by_value[x]["test_accuracy"] * 100 for x in xs], "o-")
-    numeric = all(isinstance(x, (int, float)) for x in xs)
-    if numeric and min(xs) > 0 and max(xs) / min(xs) >= 16:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(xs, [str(x) for x in xs])
-    ax.set_xlabel(field)
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title(f"{title}: test accuracy vs {field}")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
+    # finished trials wrote their record before their last report; the others ASHA stopped
+    records = [json.loads(p.read_text()) for p in sorted((storage / "trials").glob("*/trial.json"))]
+    finished = {t["trial_id"] for t in records}
+    errors = [str(r.error) for r in grid if r.error]
+    records += [{"trial_id": r.metrics.get("trial_id"), "completed": False, "epochs": r.metrics.get("epoch"),
+                 "val_loss": r.metrics.get("val_loss"), "error": str(r.error) if r.error else None,
+                 "config": {**base, **{k: r.config[k] for k in space}}}
+                for r in grid if (r.metrics or {}).get("trial_id") not in finished]
+    chosen = ensemble_members(records, settings)
+    if not chosen:
+        if mlflow_cfg:
+            tracker.end_run(mlflow_cfg["parent_run_id"], failed=True)
+        raise RuntimeError(f"no {kind} trial completed in the search ({trials} trials); errors: {errors[:3]}")
+    members = [load_trial(t, prep.X.shape[1], prep.data.n_models) for t in chosen]
+    seconds = time.perf_counter() - start
+    if mlflow_cfg:
+        tracker.log(mlflow_cfg["parent_run_id"], {**{f"best_{k}": v for k, v in chosen[0]["best"].items()},
+                                                  "seconds": seconds})
+        tracker.end_run(mlflow_cfg["parent_run_id"])
+    if progress:
+        done = sum(t["completed"] for t in records)
+        print(f"{kind}: searched {trials} configurations in {seconds:.0f} s ({done} ran to the end, "
+              f"{trials - done - len(errors)} stopped early by ASHA, {len(errors)} failed); ensemble of the "
+              f"best {len(members)} on {settings.criterion}", flush=True)
+    return {"members": members, "configs": [TrainConfig(**t["config"]) for t in chosen], "trials": records,
+            "settings": settings.model_dump() | {"trials": trials}, "seconds": seconds, "storage": str(storage),
+            "mlflow_run_id": mlflow_cfg and mlflow_cfg["parent_run_id"]}
