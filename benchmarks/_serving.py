@@ -51,9 +51,9 @@ def registered_space(prep):
 
 
 @contextlib.contextmanager
-def service(home: Path, encoder: str, threads: int, edit=None):
-    """deployments/local.yaml (edited by `edit(raw)` if given) on a fresh local Ray cluster; yields
-    the base URL."""
+def service(home: Path, encoder: str, threads: int, edit=None, **init):
+    """deployments/local.yaml (edited by `edit(raw)` if given) on a fresh local Ray cluster (more
+    ray.init arguments in `init`); yields the base URL."""
     import ray
     from ray import serve
 
@@ -64,7 +64,7 @@ def service(home: Path, encoder: str, threads: int, edit=None):
         edit(raw)
     cfg_path = home / "serve.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
-    ray.init(address="local", num_cpus=os.cpu_count(), log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), log_to_driver=False, **init)
     try:
         yield deploy(load_config(cfg_path, model="bench", port=free_port()))
     finally:

@@ -72,11 +72,12 @@ def registry_env(home: Path, token: str | None = None):
 
 
 @contextlib.contextmanager
-def local_ray(num_cpus: int = 2):
+def local_ray(num_cpus: int = 2, **init):
     """A fresh local Ray cluster (never a stranger's: address "local"), with the dashboard (Train's
-    placement-group cleanup goes through the State API); Serve and Ray shut down on exit."""
+    placement-group cleanup goes through the State API); Serve and Ray shut down on exit. `init`:
+    more ray.init arguments (e.g. _metrics_export_port)."""
     import ray
-    ray.init(address="local", num_cpus=num_cpus, log_to_driver=False)
+    ray.init(address="local", num_cpus=num_cpus, log_to_driver=False, **init)
     try:
         yield
     finally:
@@ -120,14 +121,15 @@ def local_serve_config(path: Path, edit=None, cpus: float | None = None, **args)
 
 @contextlib.contextmanager
 def serving(space, name: str, home: Path, *, token: str | None = None, edit=None, cpus: float | None = None,
-            **args):
+            ray_init: dict | None = None, **args):
     """`space` registered as models:/<name>@champion in a registry under `home`, served with
-    local.yaml (see local_serve_config) on a local Ray cluster of 2 CPUs; yields the base URL."""
+    local.yaml (see local_serve_config) on a local Ray cluster of 2 CPUs (more ray.init arguments
+    in `ray_init`); yields the base URL."""
     from jeirt_ray.registry import Registry
     from jeirt_ray.serving.deploy import deploy, load_config
     with registry_env(home, token):
         reg = Registry()
         reg.promote(name, reg.register(space, name), "champion")
         path = local_serve_config(home / "serve.yaml", edit, cpus, model=name, **args)
-        with local_ray():
+        with local_ray(**(ray_init or {})):
             yield deploy(load_config(path))

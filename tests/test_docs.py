@@ -1,5 +1,6 @@
 """The documentation: its Python examples run, the site builds with --strict, and the committed
-HTTP contract is the one the service declares."""
+HTTP contract is the one the service declares. Examples fenced ```python run here; those that
+need something a test cannot have (a running service, a GPU) are fenced ```py."""
 
 import json
 import os

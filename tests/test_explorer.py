@@ -90,7 +90,13 @@ def test_the_page_routes_as_the_api_does(page, service, space):
     page.wait_for_function("document.querySelector('.result .others').textContent.includes('under most_likely')")
     facts = page.inner_text(".result .facts")
     assert f"{api['results'][0]['difficulty']:.2f}" in facts
+    why = page.inner_text(".result .why")
+    best = api["results"][0]["scores"][0]["model"]
+    assert (f"{chosen} has the highest P(correct)" in why) if best == chosen else (f"Why not {best}" in why)
     page.wait_for_selector("#bars-0 .main-svg")
+    # every LLM of the space is named on the chart (not every other one)
+    ticks = page.eval_on_selector_all("#bars-0 .ytick text", "ns => ns.map(n => n.textContent)")
+    assert sorted(t.removeprefix("▶ ") for t in ticks) == sorted(space.model_names)
     page.screenshot(path=str(ARTIFACTS / "explorer-route.png"), full_page=True)
 
 

@@ -69,12 +69,14 @@ def test_local_testing_mode_routes_without_a_cluster(registry):
     assert health["registry"]["reachable"]
 
 
-def test_onboarding_without_a_configured_token_is_403_not_5xx(monkeypatch):
-    """A switched-off feature is a 4xx that clients do not retry, never a 5xx (the handler itself:
-    the live service below has a token)."""
+def test_onboarding_without_a_configured_token_is_401_then_403_not_5xx(monkeypatch):
+    """A switched-off feature is a 4xx that clients do not retry, never a 5xx; a request without
+    credentials is 401 in every configuration, as the declared bearer scheme says (the handler
+    itself: the live service below has a token)."""
     import asyncio
 
     from fastapi import HTTPException
+    from fastapi.security import HTTPAuthorizationCredentials
 
     from jeirt_ray.serving.app import Router
     from jeirt_ray.serving.schemas import OnboardRequest
@@ -84,6 +86,9 @@ def test_onboarding_without_a_configured_token_is_403_not_5xx(monkeypatch):
     body = OnboardRequest(model="m", responses=[{"question_id": "q", "label": 1}])
     with pytest.raises(HTTPException) as e:
         asyncio.run(router.onboard(body, None))
+    assert e.value.status_code == 401 and e.value.headers == {"WWW-Authenticate": "Bearer"}
+    with pytest.raises(HTTPException) as e:
+        asyncio.run(router.onboard(body, HTTPAuthorizationCredentials(scheme="Bearer", credentials="x")))
     assert e.value.status_code == 403 and "set JEIRT_API_TOKEN" in e.value.detail
 
 

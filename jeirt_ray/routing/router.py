@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 
 from .costs import cheapest_within_margin, cost_weighted_choice
+from .evaluate import available_argmax
 from .policies import Policy, SignalBuilder
 
 PolicyName = Literal["tuned", "most_likely", "cost_weighted", "cheapest_within_margin"]
@@ -75,12 +76,28 @@ class Router:
                 raise Conflict(f"no candidate LLM costs at most the budget {budget}")
         return cand
 
+    def _rule(self, policy: str, p: np.ndarray, x: np.ndarray, cost_weight: float, margin: float):
+        """(choose(available) -> one column per row, the policy's own score per LLM) of a policy."""
+        if policy == "tuned" and self.tuned is not None:
+            chosen_policy, builder = self.tuned
+            signals = builder.build(p, x, chosen_policy)
+            return (lambda available: chosen_policy.choose(signals, available)), chosen_policy.scores(signals)
+        if policy in ("most_likely", "tuned"):  # tuned without a stored policy: the highest p
+            return (lambda available: available_argmax(p, available)), p
+        if policy == "cost_weighted":
+            return (lambda available: cost_weighted_choice(p, self.costs, cost_weight, available)), \
+                p - cost_weight * self.costs[None, :]
+        return (lambda available: cheapest_within_margin(p, self.costs, margin, available)), p
+
     def route(self, x: np.ndarray, *, policy: str | None = None, candidates: list[str] | None = None,
               top_k: int | None = None, cost_weight: float = 0.0, margin: float = 0.02,
-              budget: float | None = None) -> list[dict]:
+              budget: float | None = None, min_p: float | None = None, ranking: int = 5) -> list[dict]:
         """One decision per row of `x` (encoder embeddings): `chosen`, `policy`, `p_correct`,
-        `expected_cost`, `difficulty` (||E_Q||), `nearest_benchmark`, and `scores` (every allowed
-        LLM's p and cost, best first; the first `top_k`)."""
+        `expected_cost`, `difficulty` (||E_Q||), `nearest_benchmark`, `ranking` (the policy's own
+        order of the allowed LLMs: the pick, then the next best once the ones before are taken
+        away, at most `ranking` of them: a gateway's fallbacks), and `scores` (every allowed LLM's
+        p, the policy's own `score` and cost, by p, the first `top_k`). `min_p` allows only the
+        LLMs whose p reaches it."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float32))
         policy = policy or self.default_policy
         if policy not in POLICIES:
@@ -89,36 +106,40 @@ class Router:
             raise Conflict(f"policy {policy!r} and budget need a cost table; none is configured (set "
                            f"the Router's user_config.costs)")
         cand = self.candidates(candidates, budget)
-        p_all = self.space.predict_proba(x)
-        probs = p_all[:, cand]  # (n, C)
-        costs = self.costs[cand] if self.costs is not None else None
-        if policy == "tuned" and self.tuned is not None:
-            chosen_policy, builder = self.tuned
-            available = np.zeros(p_all.shape, dtype=bool)
-            available[:, cand] = True
-            position = np.full(p_all.shape[1], -1)
-            position[cand] = np.arange(len(cand))
-            picks = position[chosen_policy.choose(builder.build(p_all, x, chosen_policy), available)]
-        elif policy in ("most_likely", "tuned"):  # tuned without a stored policy: the highest p
-            picks = probs.argmax(1)
-        elif policy == "cost_weighted":
-            picks = cost_weighted_choice(probs, costs, cost_weight)
-        else:
-            picks = cheapest_within_margin(probs, costs, margin)
+        p = self.space.predict_proba(x)
+        allowed = np.zeros(p.shape, dtype=bool)
+        allowed[:, cand] = True
+        if min_p is not None:
+            allowed &= p >= min_p
+            empty = np.flatnonzero(~allowed.any(1))
+            if len(empty):
+                i = int(empty[0])
+                raise Conflict(f"no candidate LLM reaches min_p {min_p} for query {i} (the best p is "
+                               f"{p[i, cand].max():.3f}): lower min_p or allow more candidates")
+        choose, score = self._rule(policy, p, x, cost_weight, margin)
+        order, left = [], allowed.copy()
+        for _ in range(max(1, min(ranking, len(cand)))):
+            pick = choose(left)
+            ok = left[np.arange(len(p)), pick]  # rows that had an LLM left
+            order.append(np.where(ok, pick, -1))
+            left[np.arange(len(p))[ok], pick[ok]] = False
         norms = np.linalg.norm(self.space.question_vectors(x), axis=1)
         nearest = None
         if self.centroids is not None:
             xn = x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-9)
             nearest = [self.benchmarks[i] for i in (xn @ self.centroids.T).argmax(1)]
         out = []
-        for i, p in enumerate(probs):
-            pick = int(picks[i])
-            order = np.argsort(-p)[:top_k] if top_k else np.argsort(-p)
-            out.append({"query_index": i, "chosen": self.names[cand[pick]], "policy": policy,
-                        "p_correct": float(p[pick]), "expected_cost": None if costs is None else float(costs[pick]),
-                        "difficulty": float(norms[i]), "nearest_benchmark": nearest and nearest[i],
-                        "scores": [{"model": self.names[cand[j]], "p_correct": float(p[j]),
-                                    "cost": None if costs is None else float(costs[j])} for j in order]})
+        for i in range(len(p)):
+            pick = int(order[0][i])
+            cols = np.flatnonzero(allowed[i])
+            by_p = cols[np.argsort(-p[i, cols], kind="stable")][:top_k or None]
+            cost = (lambda j: None if self.costs is None else float(self.costs[j]))
+            out.append({"query_index": i, "chosen": self.names[pick], "policy": policy, "p_correct": float(p[i, pick]),
+                        "expected_cost": cost(pick), "difficulty": float(norms[i]),
+                        "nearest_benchmark": nearest and nearest[i],
+                        "ranking": [self.names[int(o[i])] for o in order if o[i] >= 0],
+                        "scores": [{"model": self.names[j], "p_correct": float(p[i, j]), "score": float(score[i, j]),
+                                    "cost": cost(j)} for j in by_p]})
         return out
 
 

@@ -21,18 +21,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-from fastapi import Depends, HTTPException, Response
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi import Depends, Header, HTTPException, Request, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from ray import serve
 
 from ..encoders import make_encoder
-from ..routing.router import RequestError
-from .http import ERRORS, TOKEN_ENV, authorize, bearer, make_api
+from ..routing.router import PolicyName, RequestError
+from .gateway import AllFailed, ChatControl, Conversations, Gateway, relay
+from .http import ERRORS, TOKEN_ENV, authorize, bearer, error, make_api
 from .live import LiveSpace
+from .metrics import make_metrics
 from .onboarding import OnboardingService
-from .schemas import (BLANK, ChatRequest, ChatResponse, ErrorBody, HealthResponse, LLMsResponse, MapResponse,
-                      ModelsResponse, OnboardRequest, OnboardResponse, RouteRequest, RouteResponse)
+from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, HealthResponse, LLMsResponse, MapResponse, ModelsResponse,
+                      OnboardRequest, OnboardResponse, RouteRequest, RouteResponse)
 from .settings import AppArgs, OnboarderConfig, RouterConfig
 
 STATIC = Path(__file__).with_name("static")
@@ -77,9 +79,11 @@ class ThreadedEncoder:
 class Encoder:
     def __init__(self, encoder: str, threads: int | None = None, tracking_uri: str | None = None):
         self.encoder = ThreadedEncoder(encoder, threads, tracking_uri)
+        self.metrics = make_metrics()
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)  # no waiting alone; batches form under load
     async def encode(self, texts: list[str]) -> list[np.ndarray]:
+        self.metrics.encoder_batch(len(texts))
         return list(await self.encoder.encode(texts))
 
     async def encode_many(self, texts: list[str]) -> np.ndarray:
@@ -102,6 +106,18 @@ class Onboarder:
 api = make_api()
 
 
+# (defined before the Router: Serve's FastAPI view takes the module's names as they are when the
+# class is decorated)
+def _routing_headers(routing: dict, answered_by: str | None, tried: list[dict], p: float | None = None) -> dict:
+    """Who answered and why, for clients that never see the body (streaming ones)."""
+    headers = {"x-jeirt-policy": routing["policy"], "x-jeirt-space": routing["space"],
+               "x-jeirt-fallbacks": ",".join(t["model"] for t in tried)}
+    if answered_by is not None:
+        headers |= {"x-jeirt-model": answered_by,
+                    "x-jeirt-p-correct": f"{routing['p_correct'] if p is None else p:.4f}"}
+    return headers
+
+
 # a default user_config, so that Serve always calls reconfigure (which loads the space) while the
 # replica starts: a registry or alias that cannot be loaded fails the deployment loudly
 @serve.deployment(name="Router", user_config={"alias": "champion"})
@@ -120,14 +136,29 @@ class Router:
         self.token = token.encode() if token else None
         self.token_env = token_env
         self.explored: dict = {}  # (space label, "map" | "llms") -> the explorer's JSON for that version
+        self.metrics = make_metrics()
+        self.gateway = Gateway(self.metrics)  # one pooled HTTP client per replica
+        self.conversations: Conversations | None = None
         self.live.watch()
+
+    def __del__(self):
+        """Serve calls this when the replica stops (Python again when it collects the object):
+        close the upstream connections."""
+        gateway = getattr(self, "gateway", None)  # None: __init__ never ran
+        if gateway is not None:
+            gateway.close_soon()
 
     def reconfigure(self, user_config: dict) -> None:
         """Serve's live settings (typed: settings.RouterConfig; an unknown key fails the update)."""
         self.live.configure(RouterConfig(**user_config))
+        gw = self.live.config.gateway
+        if self.conversations is None or (self.conversations.size, self.conversations.ttl_s) != (gw.sticky_max,
+                                                                                                 gw.sticky_ttl_s):
+            self.conversations = Conversations(gw.sticky_max, gw.sticky_ttl_s)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)
     async def _encode_inline(self, texts: list[str]) -> list[np.ndarray]:
+        self.metrics.encoder_batch(len(texts))
         return list(await self.inline.encode(texts))
 
     async def _encode(self, texts: list[str]) -> np.ndarray:
@@ -135,54 +166,105 @@ class Router:
             return np.stack(await asyncio.gather(*(self._encode_inline(t) for t in texts)))
         return np.stack(await asyncio.gather(*(self.encoder.encode.remote(t) for t in texts)))
 
-    async def _route(self, body: RouteRequest, timing: dict | None = None) -> dict:
+    async def _route(self, texts: list[str], options: dict, timing: dict | None = None, route: str = "route") -> dict:
         start = time.perf_counter()
-        x = await self._encode(body.texts)
+        x = await self._encode(texts)
         encoded = time.perf_counter()
         core = self.live.current()
         try:
-            results = core.route(x, **body.options())
+            results = core.route(x, **options)
         except RequestError as e:
             raise HTTPException(e.status, str(e))
+        done = time.perf_counter()
+        self.metrics.routed(route, done - start)
         if timing is not None:
-            timing.update(encode=encoded - start, route=time.perf_counter() - encoded)
+            timing.update(encode=encoded - start, route=done - encoded)
         return RouteResponse(space=core.label, results=results).model_dump()
 
     # ---- HTTP ------------------------------------------------------------------------------------
     @api.post("/v1/route", response_model=RouteResponse, responses=ERRORS)
     async def route(self, body: RouteRequest, response: Response = None) -> dict:
         timing = {}
-        out = await self._route(body, timing)
+        out = await self._route(body.texts, body.options(), timing)
         if response is not None:  # None when called through a handle rather than HTTP
             # where the time went, for clients and load tests (the standard Server-Timing header)
             response.headers["Server-Timing"] = ", ".join(f"{k};dur={v * 1000:.2f}" for k, v in timing.items())
         return out
 
-    @api.post("/v1/chat/completions", response_model=ChatResponse,
-              responses={**ERRORS, 502: {"model": ErrorBody, "description": "the upstream LLM failed"}})
-    async def chat(self, body: ChatRequest) -> dict:
-        routed = await self._route(RouteRequest(query=body.last_user_text))
+    @api.post("/v1/chat/completions", response_model=None, responses=CHAT_RESPONSES)
+    # the headers are optional, but never null: their types say what a present header holds
+    async def chat(self, body: ChatRequest, request: Request = None,
+                   x_jeirt_policy: PolicyName = Header(None, description="as the body's `policy`"),
+                   x_jeirt_max_cost: float = Header(None, ge=0, description="as the body's `max_cost`"),
+                   x_jeirt_candidates: str = Header(None, pattern=r"[^ ,]", max_length=20_000,
+                                                    description="comma-separated, as `candidates`"),
+                   x_jeirt_min_p: float = Header(None, ge=0, le=1, description="as the body's `min_p`"),
+                   x_jeirt_conversation: str = Header(None, min_length=1, max_length=256,
+                                                      description="a conversation key, as `user`"),
+                   x_jeirt_sticky: bool = Header(None, description="as the body's `sticky`")):
+        """OpenAI's chat completions: route the conversation to an LLM and answer with its
+        upstream (streamed with `stream: true`), falling back to the next LLM of the policy's
+        order when an upstream fails before its first byte. Response headers say who answered
+        and why; without upstreams the answer is the routing decision alone."""
+        given = {"policy": x_jeirt_policy, "max_cost": x_jeirt_max_cost, "min_p": x_jeirt_min_p,
+                 "candidates": [c.strip() for c in x_jeirt_candidates.split(",") if c.strip()]
+                 if x_jeirt_candidates else None, "conversation": x_jeirt_conversation, "sticky": x_jeirt_sticky}
+        names = [k.lower() for k in (request.headers.keys() if request is not None else ())]
+        try:
+            ctl = ChatControl.from_request(body.model_dump(), {k: v for k, v in given.items() if v is not None}, names)
+        except RequestError as e:
+            raise HTTPException(e.status, str(e))
+        config = self.live.config
+        core = self.live.current()
+        reachable = {n for n in core.names if config.upstream(n)} if config.upstreams else None
+        candidates = ctl.candidates
+        if reachable is not None and all(c in core.index for c in candidates or ()):  # else: 404 naming them
+            candidates = [c for c in (candidates or core.names) if c in reachable]  # the LLMs it can ask
+            if not candidates:
+                raise HTTPException(409, f"none of the candidate LLMs {ctl.candidates} has an upstream (user_config."
+                                         f"upstreams names {sorted(reachable)[:10]})")
+        sticky = self.conversations.get(ctl.conversation) if ctl.conversation and ctl.sticky else None
+        # a conversation with a key is routed by its first user message (the same LLM every turn, on
+        # any replica); without one, each turn by its last
+        text = body.first_user_text if ctl.conversation and ctl.sticky else body.last_user_text
+        routed = await self._route([text], {"candidates": candidates, "policy": ctl.policy, "top_k": None,
+                                            "budget": ctl.max_cost, "min_p": ctl.min_p,
+                                            "ranking": max(16, 4 * config.gateway.max_tries)}, route="chat")
         decision = routed["results"][0]
-        upstream = (self.live.config.upstreams or {}).get(decision["chosen"])
-        routing = {"chosen": decision["chosen"], "p_correct": decision["p_correct"], "space": routed["space"],
+        ranking = decision["ranking"]
+        p_of = {s["model"]: s["p_correct"] for s in decision["scores"]}
+        if sticky in p_of:
+            ranking = [sticky] + [r for r in ranking if r != sticky]
+        routing = {"chosen": ranking[0], "p_correct": p_of[ranking[0]], "policy": decision["policy"],
+                   "space": routed["space"], "ranking": ranking, "sticky": sticky is not None,
                    "scores": decision["scores"][:5]}
-        if upstream:
-            import httpx
-            payload = {**body.model_dump(exclude_none=True), "model": decision["chosen"]}
-            async with httpx.AsyncClient(timeout=120) as client:
-                r = await client.post(f"{upstream.rstrip('/')}/chat/completions", json=payload)
-            if r.status_code >= 400:
-                raise HTTPException(502, f"upstream {upstream} answered {r.status_code}: {r.text[:300]}")
-            try:
-                return ChatResponse.model_validate({**r.json(), "routing": routing}).model_dump()
-            except (ValueError, TypeError) as e:
-                raise HTTPException(502, f"upstream {upstream} did not answer a chat completion: {e}"[:400])
+        if reachable is None:  # no upstreams configured: the decision only
+            return JSONResponse(self._decision_only(routing), headers=_routing_headers(routing, ranking[0], []))
+        tries = [(llm, config.upstream(llm)) for llm in ranking]
+        payload = body.upstream_payload()
+        try:
+            answer = await self.gateway.complete(payload, tries, config.gateway, stream=bool(body.stream))
+        except AllFailed as e:
+            return error(502, str(e)[:1000], headers=_routing_headers(routing, None, e.tried))
+        if ctl.conversation:
+            self.conversations.put(ctl.conversation, answer.llm)
+        routing |= {"answered_by": answer.llm, "tried": answer.tried}
+        out_headers = _routing_headers(routing, answer.llm, answer.tried, p_of.get(answer.llm))
+        if answer.rest is not None:
+            return StreamingResponse(relay(answer), media_type=answer.media_type, headers=out_headers)
+        if answer.body is None:  # a 4xx passed through as the upstream sent it
+            return Response(answer.content, status_code=answer.status, media_type=answer.media_type,
+                            headers=out_headers)
+        return JSONResponse({**answer.body, "routing": routing}, headers=out_headers)
+
+    @staticmethod
+    def _decision_only(routing: dict) -> dict:
         return {"id": f"route-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
-                "model": decision["chosen"], "routing": routing,
+                "model": routing["chosen"], "routing": routing,
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {
                     "role": "assistant",
-                    "content": f"Routed to {decision['chosen']} (p_correct {decision['p_correct']:.3f}); no "
-                               f"upstream is configured for it, so this is the routing decision only."}}]}
+                    "content": f"Routed to {routing['chosen']} (p_correct {routing['p_correct']:.3f}); no "
+                               f"upstream is configured, so this is the routing decision only."}}]}
 
     @api.post("/v1/onboard", response_model=OnboardResponse, responses={
         **ERRORS, 401: {"model": ErrorBody, "description": "missing or wrong bearer token"},

@@ -100,10 +100,13 @@ bearer = HTTPBearer(auto_error=False, description=f"the token in the service's {
 
 def authorize(token: bytes | None, credentials: HTTPAuthorizationCredentials | None, token_env: str,
               feature: str) -> None:
-    """403 when the feature is switched off (no token configured), 401 for a missing or wrong
-    token; compared in constant time, so the answer leaks no prefix."""
+    """401 for a request without a bearer token, whatever the configuration (what the declared
+    security scheme says); 403 when the feature is switched off (no token configured); 401 for a
+    wrong token, compared in constant time, so the answer leaks no prefix."""
+    if credentials is None:
+        raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)",
+                            headers={"WWW-Authenticate": "Bearer"})
     if token is None:
         raise HTTPException(403, f"{feature} is switched off: set {token_env} on the service to enable it")
-    given = credentials.credentials.encode() if credentials else b""
-    if not hmac.compare_digest(given, token):
+    if not hmac.compare_digest(credentials.credentials.encode(), token):
         raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})

@@ -26,6 +26,35 @@ class AppArgs(BaseModel):
     tracking_uri: str | None = Field(None, description="MLflow; default MLFLOW_TRACKING_URI or $JEIRT_HOME/mlflow.db")
 
 
+class Upstream(BaseModel):
+    """Where the gateway sends an LLM's chat completions: an OpenAI-compatible base URL (vLLM, TGI,
+    llama.cpp's server, Ollama, a hosted API)."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(pattern=r"^https?://", description="base URL; the gateway posts to <url>/chat/completions")
+    model: str | None = Field(None, description="the model name the upstream expects (default: the LLM's name)")
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                    description="environment variable holding the upstream's API key (sent as a "
+                                                "bearer token; never logged)")
+    connect_timeout_s: float | None = Field(None, gt=0, description="default: the gateway's")
+    read_timeout_s: float | None = Field(None, gt=0, description="to the first byte and between bytes; default: "
+                                                                 "the gateway's")
+
+
+class GatewayConfig(BaseModel):
+    """How /v1/chat/completions calls upstreams."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_tries: int = Field(3, ge=1, le=20, description="LLMs tried per request: the chosen one, then the next "
+                                                       "best by the same policy, on a connection error, a timeout "
+                                                       "or a 5xx before the first byte")
+    connect_timeout_s: float = Field(3.0, gt=0)
+    read_timeout_s: float = Field(120.0, gt=0)
+    cooldown_s: float = Field(15.0, ge=0, description="an upstream that failed is tried last for this long")
+    sticky_ttl_s: float = Field(3600.0, gt=0, description="how long a conversation keeps its LLM")
+    sticky_max: int = Field(100_000, ge=1, description="conversations remembered per replica")
+
+
 class RouterConfig(BaseModel):
     """The Router's `user_config`."""
 
@@ -34,8 +63,13 @@ class RouterConfig(BaseModel):
     default_policy: PolicyName = "tuned"
     costs: dict[str, float] | None = Field(None, description="{LLM: price per call}; enables the cost policies")
     refresh_s: float = Field(5.0, gt=0, description="how often the alias is re-resolved")
-    upstreams: dict[str, str] | None = Field(None, description="{LLM: OpenAI-compatible base URL} for "
-                                                               "/v1/chat/completions")
+    upstreams: dict[str, str | Upstream] | None = Field(
+        None, description="{LLM: OpenAI-compatible base URL, or an Upstream} for /v1/chat/completions")
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+
+    def upstream(self, llm: str) -> Upstream | None:
+        u = (self.upstreams or {}).get(llm)
+        return Upstream(url=u) if isinstance(u, str) else u
 
 
 class OnboarderConfig(BaseModel):

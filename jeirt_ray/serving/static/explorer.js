@@ -93,20 +93,57 @@ function renderResult(r, i, query) {
   if (r.nearest_benchmark) facts.push(`nearest benchmark: ${r.nearest_benchmark}`);
   if (r.expected_cost !== null) facts.push(`expected cost: ${r.expected_cost}`);
   box.append(el("p", { class: "facts" }, facts.join(" · "), el("span", { class: "others" })));
-  const bars = el("div", { class: "plot", id: `bars-${i}`, role: "img",
-    "aria-label": `probability of a correct answer for each LLM; highest ${r.scores[0].model}` });
+  box.append(el("p", { class: "why" }, why(r)));
+  const shown = chartRows(r);
+  const bars = el("div", { class: "plot", id: `bars-${i}`, role: "img", style: `height: ${Math.max(300, 24 * shown.length + 60)}px`,
+    "aria-label": `probability of a correct answer for each LLM and the policy's own score; highest p ${r.scores[0].model}` });
   const hist = el("div", { class: "plot", id: `difficulty-${i}`, role: "img",
     "aria-label": `this question's difficulty ${r.difficulty.toFixed(2)} among the training questions'` });
   box.append(el("div", { class: "two" }, bars, hist));
   plotly.then((Plotly) => {
-    const s = [...r.scores].reverse();
-    Plotly.newPlot(bars, [{ type: "bar", orientation: "h", x: s.map((m) => m.p_correct), y: s.map((m) => m.model),
-      marker: { color: s.map((m) => (m.model === r.chosen ? "#D55E00" : "#0072B2")) } }],
-      { margin: { l: 170, r: 10, t: 25, b: 35 }, title: { text: "P(correct) per LLM", font: { size: 13 } },
-        xaxis: { range: [0, 1] }, height: Math.max(300, 16 * s.length) }, { displayModeBar: false, responsive: true });
+    const s = [...shown].reverse();  // plotly draws the first row at the bottom
+    const names = s.map((m) => (m.model === r.chosen ? `▶ ${m.model}` : m.model));
+    const differs = s.some((m) => Math.abs(m.score - m.p_correct) > 1e-9);
+    const traces = [{ type: "bar", orientation: "h", name: "P(correct)", x: s.map((m) => m.p_correct), y: names,
+      text: s.map((m) => (differs ? `p ${m.p_correct.toFixed(3)} · score ${m.score.toFixed(3)}` : m.p_correct.toFixed(3))),
+      textposition: "outside", cliponaxis: false, hoverinfo: "y+text",
+      marker: { color: s.map((m) => (m.model === r.chosen ? "#D55E00" : "#0072B2")) } }];
+    if (differs) {
+      traces.push({ type: "scatter", mode: "markers", name: `the ${r.policy} policy's score`, x: s.map((m) => m.score),
+        y: names, marker: { symbol: "diamond", size: 10, color: "#000" }, hoverinfo: "skip" });
+    }
+    const lo = Math.min(0, ...s.map((m) => m.score));
+    Plotly.newPlot(bars, traces,
+      { margin: { l: 20, r: 110, t: 25, b: 35 }, title: { text: "P(correct) per LLM", font: { size: 13 } },
+        xaxis: { range: [lo, 1] }, showlegend: differs, legend: { orientation: "h", y: -0.08 },
+        yaxis: { automargin: true, tickmode: "array", tickvals: names, ticktext: names } },
+      { displayModeBar: false, responsive: true });
     drawDifficulty(hist, r.difficulty);
   });
   return box;
+}
+
+// at most 30 LLMs in the chart (the highest p), the chosen one always among them
+function chartRows(r) {
+  const top = r.scores.slice(0, 30);
+  const chosen = r.scores.find((m) => m.model === r.chosen);
+  return top.some((m) => m.model === r.chosen) || !chosen ? top : [...top.slice(0, 29), chosen];
+}
+
+// why the pick is not simply the highest p, in the policy's own terms
+function why(r) {
+  const best = r.scores[0];
+  const pick = r.scores.find((m) => m.model === r.chosen) || best;
+  if (best.model === r.chosen) return `${r.chosen} has the highest P(correct) and is the pick.`;
+  const rule = {
+    tuned: "the policy chosen on validation questions ranks the LLMs by its own score: P(correct) blended with " +
+      "how each LLM did on the nearest training questions and on the benchmark this question most likely belongs to " +
+      "(and keeps the best-on-average LLM unless another is clearly better)",
+    cost_weighted: "cost_weighted ranks the LLMs by P(correct) − cost_weight × cost",
+    cheapest_within_margin: "cheapest_within_margin takes the cheapest LLM whose P(correct) is within the margin of the best",
+  }[r.policy] || `${r.policy} ranks the LLMs by its own score`;
+  return `Why not ${best.model} (the highest P(correct), ${best.p_correct.toFixed(3)})? ${rule[0].toUpperCase()}${rule.slice(1)}: ` +
+    `${r.chosen} scores ${pick.score.toFixed(3)} against ${best.score.toFixed(3)}.`;
 }
 
 async function drawDifficulty(node, value) {

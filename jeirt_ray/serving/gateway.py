@@ -1,0 +1,249 @@
+"""The OpenAI-compatible gateway behind /v1/chat/completions, as plain parts (no Serve):
+
+- `ChatControl`: what a request asks for (policy, max cost, allowed LLMs, minimum P(correct), a
+  conversation key, stickiness), from the body (OpenAI's `extra_body`) or `x-jeirt-*` headers;
+- `Conversations`: which LLM a conversation was given (per replica, LRU with a time to live);
+- `Gateway`: calls the upstreams in the routing policy's order through one pooled HTTP client,
+  falling back to the next LLM on a connection error, a timeout or a 5xx before the first byte,
+  passing a 4xx through (the client's own fault), and streaming server-sent events as they come.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from ..routing.router import Conflict, RequestError
+from .settings import GatewayConfig, Upstream
+
+log = logging.getLogger("jeirt.serve")
+CONTROL_HEADERS = {"x-jeirt-policy": "policy", "x-jeirt-max-cost": "max_cost", "x-jeirt-candidates": "candidates",
+                   "x-jeirt-min-p": "min_p", "x-jeirt-conversation": "conversation", "x-jeirt-sticky": "sticky"}
+
+
+@dataclass
+class ChatControl:
+    policy: str | None = None
+    max_cost: float | None = None
+    candidates: list[str] | None = None
+    min_p: float | None = None
+    conversation: str | None = None
+    sticky: bool = True
+
+    @classmethod
+    def from_request(cls, body: dict, headers: dict, header_names: list[str] = ()) -> "ChatControl":
+        """Merge the body's control fields with the `x-jeirt-*` headers' (`headers`: their values,
+        parsed and validated, by field name). The same field given both ways with different
+        values is a Conflict (409); an unknown `x-jeirt-*` header (`header_names`: every header's
+        name) a RequestError (422)."""
+        unknown = sorted(h for h in header_names if h.startswith("x-jeirt-") and h not in CONTROL_HEADERS)
+        if unknown:
+            raise RequestError(f"unknown header(s) {unknown}; the gateway reads {', '.join(CONTROL_HEADERS)}")
+        values = {"conversation": body.get("user")} if body.get("user") else {}
+        for name in ("policy", "max_cost", "candidates", "min_p", "sticky"):
+            if body.get(name) is not None:
+                values[name] = body[name]
+        for name, value in headers.items():
+            if name in values and values[name] != value:
+                where = "the body's `user`" if name == "conversation" else f"the body's `{name}`"
+                header = next(h for h, n in CONTROL_HEADERS.items() if n == name)
+                raise Conflict(f"{name} is given twice, differently: {where} is {values[name]!r}, the header "
+                                   f"{header} is {value!r}")
+            values[name] = value
+        return cls(**values)
+
+
+class Conversations:
+    """conversation key -> the LLM that answered it, at most `size` keys for `ttl_s` seconds."""
+
+    def __init__(self, size: int, ttl_s: float):
+        self.size, self.ttl_s = size, ttl_s
+        self.seen: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    def get(self, key: str) -> str | None:
+        hit = self.seen.get(key)
+        if hit is None or time.monotonic() - hit[1] > self.ttl_s:
+            self.seen.pop(key, None)
+            return None
+        self.seen.move_to_end(key)
+        return hit[0]
+
+    def put(self, key: str, llm: str) -> None:
+        self.seen[key] = (llm, time.monotonic())
+        self.seen.move_to_end(key)
+        while len(self.seen) > self.size:
+            self.seen.popitem(last=False)
+
+
+class Retryable(Exception):
+    """An upstream failure that the next LLM may not have: no connection, a timeout, a 5xx before
+    the first byte, an answer that is not a chat completion."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class Answer:
+    """What an upstream answered: JSON (`body`), a stream (`first` and `rest`), or a 4xx passed
+    through (`status`, `content`)."""
+    llm: str
+    status: int = 200
+    media_type: str = "application/json"
+    body: dict | None = None
+    content: bytes | None = None
+    first: bytes | None = None
+    rest: AsyncIterator[bytes] | None = None
+    close: object = None
+    first_byte_s: float = 0.0
+    tried: list[dict] = field(default_factory=list)  # the LLMs that failed before this one
+
+
+class AllFailed(Exception):
+    def __init__(self, tried: list[dict]):
+        self.tried = tried
+        super().__init__("no upstream answered: " + "; ".join(f"{t['model']}: {t['error']}" for t in tried))
+
+
+class Gateway:
+    """One pooled HTTP client per process (opened on first use, in the serving event loop;
+    `close` on shutdown)."""
+
+    def __init__(self, metrics=None):
+        from .metrics import NoMetrics
+        self.metrics = metrics or NoMetrics()
+        self._client = None
+        self.cooling: dict[str, float] = {}  # upstream URL -> until when it is tried last
+
+    @property
+    def client(self):
+        if self._client is None:
+            import httpx
+            self._client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=512,
+                                                                               max_keepalive_connections=64))
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    def close_soon(self) -> None:
+        """`close` from synchronous code: on the running event loop (a replica's); without one the
+        process is ending and takes the connections with it."""
+        import asyncio
+        if self._client is None:
+            return
+        try:
+            asyncio.get_running_loop().create_task(self.close())
+        except RuntimeError:
+            pass
+
+    def order(self, tries: list[tuple[str, Upstream]]) -> list[tuple[str, Upstream]]:
+        """The policy's order, with the upstreams that failed in the last `cooldown_s` moved last."""
+        now = time.monotonic()
+        self.cooling = {u: t for u, t in self.cooling.items() if t > now}
+        return sorted(tries, key=lambda t: t[1].url in self.cooling)  # stable: the policy's order otherwise
+
+    async def complete(self, payload: dict, tries: list[tuple[str, Upstream]], config: GatewayConfig,
+                       stream: bool) -> Answer:
+        """Ask the LLMs' upstreams in order until one answers: at most `config.max_tries` asked,
+        upstreams that failed lately last, and an upstream (URL) that failed in this request not
+        asked again for another LLM it serves."""
+        tried: list[dict] = []
+        failed: set[str] = set()
+        for llm, upstream in self.order(tries):
+            if len(tried) >= config.max_tries:
+                break
+            if upstream.url in failed:
+                continue
+            try:
+                answer = await self._ask(llm, upstream, payload, config, stream)
+            except Retryable as e:
+                log.warning("upstream of %s failed (%s): %s", llm, e.kind, e)
+                self.metrics.fell_back(llm, e.kind)
+                tried.append({"model": llm, "error": str(e)})
+                failed.add(upstream.url)
+                self.cooling[upstream.url] = time.monotonic() + config.cooldown_s
+                continue
+            answer.tried = tried
+            self.metrics.answered(llm)
+            return answer
+        raise AllFailed(tried)
+
+    async def _ask(self, llm: str, up: Upstream, payload: dict, config: GatewayConfig, stream: bool) -> Answer:
+        import httpx
+        headers = {"accept": "text/event-stream" if stream else "application/json"}
+        if up.api_key_env:
+            key = os.environ.get(up.api_key_env)
+            if not key:
+                raise Retryable("no_api_key", f"environment variable {up.api_key_env} (its API key) is not set")
+            headers["authorization"] = f"Bearer {key}"
+        connect = up.connect_timeout_s or config.connect_timeout_s
+        read = up.read_timeout_s or config.read_timeout_s
+        request = self.client.build_request(
+            "POST", f"{up.url.rstrip('/')}/chat/completions", json={**payload, "model": up.model or llm},
+            headers=headers, timeout=httpx.Timeout(connect=connect, read=read, write=read, pool=connect))
+        start = time.perf_counter()
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.TimeoutException as e:
+            raise Retryable("timeout", f"no answer within the timeout ({type(e).__name__})") from None
+        except httpx.TransportError as e:
+            raise Retryable("connect", f"cannot reach {up.url} ({type(e).__name__}: {e})"[:300]) from None
+        media = response.headers.get("content-type", "application/json").split(";")[0].strip()
+        try:
+            if response.status_code >= 500 or response.status_code in (408, 429):  # down, overloaded, rate-limited
+                text = (await response.aread())[:200].decode(errors="replace")
+                raise Retryable(f"http_{response.status_code}", f"answered {response.status_code}: {text}")
+            if response.status_code >= 400:  # the client's own fault: the next LLM would refuse it too
+                return Answer(llm, status=response.status_code, media_type=media, content=await response.aread())
+            if stream and media == "text/event-stream":
+                rest = response.aiter_raw()
+                first = await anext(rest, b"")  # the first byte, or the read timeout
+                seconds = time.perf_counter() - start
+                self.metrics.first_byte(llm, seconds)
+                answer = Answer(llm, media_type=media, first=first, rest=rest, close=response.aclose,
+                                first_byte_s=seconds)
+                response = None  # the stream's reader closes it
+                return answer
+            content = await response.aread()
+            self.metrics.first_byte(llm, time.perf_counter() - start)
+        except httpx.TimeoutException as e:
+            raise Retryable("timeout", f"no answer within the timeout ({type(e).__name__})") from None
+        except httpx.TransportError as e:
+            raise Retryable("connect", f"the connection broke ({type(e).__name__})") from None
+        finally:
+            if response is not None:
+                await response.aclose()
+        try:
+            body = json.loads(content)
+            if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
+                raise ValueError("no choices")
+        except ValueError as e:
+            raise Retryable("bad_answer", f"did not answer a chat completion ({e})"[:300]) from None
+        return Answer(llm, body=body, first_byte_s=time.perf_counter() - start)
+
+
+async def relay(answer: Answer) -> AsyncIterator[bytes]:
+    """The upstream's stream as it arrives; if it breaks midway (no fallback is possible once
+    bytes went out), one last server-sent event says so, as OpenAI's API reports errors."""
+    import httpx
+    try:
+        if answer.first:
+            yield answer.first
+        async for chunk in answer.rest:
+            yield chunk
+    except httpx.HTTPError as e:
+        log.warning("the stream of %s broke: %s", answer.llm, e)
+        event = {"error": {"message": f"the upstream of {answer.llm} broke off the stream ({type(e).__name__})",
+                           "type": "upstream_error"}}
+        yield f"data: {json.dumps(event)}\n\n".encode()
+    finally:
+        await answer.close()

@@ -1,0 +1,157 @@
+"""The gateway's plain parts: per-request control, conversations, and calling OpenAI-compatible
+upstreams on loopback (tests/upstream.py) with fallback, pass-through and streaming."""
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from jeirt_ray.routing.router import RequestError
+from jeirt_ray.serving.gateway import AllFailed, ChatControl, Conversations, Gateway, relay
+from jeirt_ray.serving.settings import GatewayConfig, RouterConfig, Upstream
+
+from .conftest import free_port
+from .upstream import Upstreams
+
+
+@pytest.fixture(scope="module")
+def ups():
+    u = Upstreams()
+    u.start("alpha")
+    u.start("beta")
+    u.start("down503", "--fail", "503")
+    u.start("refuses400", "--fail", "400")
+    u.start("slow", "--delay", "3")
+    yield u
+    u.stop()
+
+
+class Recorder:
+    def __init__(self):
+        self.events = []
+
+    def answered(self, llm):
+        self.events.append(("answered", llm))
+
+    def fell_back(self, llm, kind):
+        self.events.append(("fell_back", llm, kind))
+
+    def first_byte(self, llm, seconds):
+        self.events.append(("first_byte", llm))
+
+
+PAYLOAD = {"messages": [{"role": "user", "content": "What is 2 + 2?"}]}
+CFG = GatewayConfig(max_tries=3, connect_timeout_s=1, read_timeout_s=1)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_fallback_past_dead_failing_and_slow_upstreams(ups):
+    async def go():
+        rec = Recorder()
+        gw = Gateway(rec)
+        dead = Upstream(url=f"http://127.0.0.1:{free_port()}/v1")  # nothing listens there
+        tries = [("dead", dead), ("down503", Upstream(url=ups.urls["down503"])),
+                 ("slow", Upstream(url=ups.urls["slow"])), ("alpha", Upstream(url=ups.urls["alpha"]))]
+        answer = await gw.complete(PAYLOAD, tries, GatewayConfig(max_tries=4, connect_timeout_s=1, read_timeout_s=1),
+                                   stream=False)
+        assert answer.llm == "alpha" and "alpha answers: What is 2 + 2?" in answer.body["choices"][0]["message"]["content"]
+        assert [t["model"] for t in answer.tried] == ["dead", "down503", "slow"]
+        assert [e[2] for e in rec.events if e[0] == "fell_back"] == ["connect", "http_503", "timeout"]
+        # the failed upstreams are now tried last: the next request goes straight to alpha
+        again = await gw.complete(PAYLOAD, tries, CFG, stream=False)
+        assert again.llm == "alpha" and again.tried == []
+        await gw.close()
+        # at most max_tries asked: the fourth never is
+        fresh = Gateway()
+        with pytest.raises(AllFailed) as e:
+            await fresh.complete(PAYLOAD, tries, CFG, stream=False)
+        assert [t["model"] for t in e.value.tried] == ["dead", "down503", "slow"]
+        # an upstream that failed is not asked again in the same request for another LLM it serves
+        shared = [("a", Upstream(url=ups.urls["down503"])), ("b", Upstream(url=ups.urls["down503"])),
+                  ("alpha", Upstream(url=ups.urls["alpha"]))]
+        third = Gateway()
+        answer = await third.complete(PAYLOAD, shared, CFG, stream=False)
+        assert answer.llm == "alpha" and [t["model"] for t in answer.tried] == ["a"]
+        await fresh.close()
+        await third.close()
+    run(go())
+
+
+def test_a_4xx_passes_through_and_is_not_retried(ups):
+    async def go():
+        gw = Gateway()
+        tries = [("refuses400", Upstream(url=ups.urls["refuses400"])), ("alpha", Upstream(url=ups.urls["alpha"]))]
+        before = ups.calls("alpha")["calls"]
+        answer = await gw.complete(PAYLOAD, tries, CFG, stream=False)
+        assert answer.status == 400 and b"refuses400 fails with 400" in answer.content and answer.llm == "refuses400"
+        assert ups.calls("alpha")["calls"] == before
+        await gw.close()
+    run(go())
+
+
+def test_streaming_relays_the_upstreams_events_and_the_upstream_model_name(ups, monkeypatch):
+    monkeypatch.setenv("BETA_KEY", "sk-test-123")
+
+    async def go():
+        gw = Gateway()
+        up = Upstream(url=ups.urls["beta"], model="beta-2025", api_key_env="BETA_KEY")
+        answer = await gw.complete({**PAYLOAD, "stream": True}, [("beta", up)], CFG, stream=True)
+        assert answer.media_type == "text/event-stream" and answer.first.startswith(b"data: ")
+        raw = b"".join([chunk async for chunk in relay(answer)]).decode()
+        events = [e[len("data: "):] for e in raw.split("\n\n") if e.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        text = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1])
+        assert text == "beta answers: What is 2 + 2?"
+        seen = ups.calls("beta")
+        assert seen["models"][-1] == "beta-2025" and seen["authorization"] == "Bearer sk-test-123"
+        await gw.close()
+    run(go())
+
+
+def test_a_missing_api_key_is_a_failure_that_falls_back(ups, monkeypatch):
+    monkeypatch.delenv("NO_SUCH_KEY", raising=False)
+
+    async def go():
+        gw = Gateway()
+        tries = [("beta", Upstream(url=ups.urls["beta"], api_key_env="NO_SUCH_KEY")),
+                 ("alpha", Upstream(url=ups.urls["alpha"]))]
+        answer = await gw.complete(PAYLOAD, tries, CFG, stream=False)
+        assert answer.llm == "alpha" and "NO_SUCH_KEY" in answer.tried[0]["error"]
+        await gw.close()
+    run(go())
+
+
+def test_control_from_body_and_headers():
+    """The body's fields and the x-jeirt-* headers' (validated by their schemas before this)."""
+    c = ChatControl.from_request({"policy": "most_likely", "user": "u1"},
+                                 {"candidates": ["a", "b"], "min_p": 0.5, "sticky": False})
+    assert (c.policy, c.candidates, c.min_p, c.conversation, c.sticky) == ("most_likely", ["a", "b"], 0.5, "u1", False)
+    assert ChatControl.from_request({"min_p": 0.5}, {"min_p": 0.5}).min_p == 0.5  # the same both ways
+    with pytest.raises(RequestError, match="policy is given twice, differently: the body's `policy` is "
+                                           "'most_likely', the header x-jeirt-policy is 'tuned'"):
+        ChatControl.from_request({"policy": "most_likely"}, {"policy": "tuned"})
+    with pytest.raises(RequestError, match=r"unknown header\(s\) \['x-jeirt-budget'\]"):
+        ChatControl.from_request({}, {}, ["content-type", "x-jeirt-budget"])
+
+
+def test_conversations_expire_and_stay_bounded():
+    c = Conversations(size=2, ttl_s=0.2)
+    c.put("a", "x")
+    c.put("b", "y")
+    c.put("c", "z")
+    assert c.get("a") is None and c.get("b") == "y"
+    time.sleep(0.25)
+    assert c.get("b") is None
+
+
+def test_router_config_upstreams_are_typed():
+    cfg = RouterConfig(upstreams={"a": "http://127.0.0.1:1/v1", "b": {"url": "https://x/v1", "api_key_env": "K"}})
+    assert cfg.upstream("a").url.endswith("/v1") and cfg.upstream("b").api_key_env == "K" and cfg.upstream("c") is None
+    with pytest.raises(ValueError, match="api_keyenv"):
+        RouterConfig(upstreams={"b": {"url": "https://x/v1", "api_keyenv": "K"}})
+    with pytest.raises(ValueError, match="max_tries"):
+        RouterConfig(gateway={"max_tries": 0})
