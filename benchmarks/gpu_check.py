@@ -6,7 +6,8 @@
    same texts: throughput, and the cosine of each vector to the fp32 one.
 2. Ray Train with nccl: the fixed JE-IRT configuration on 1 worker with a GPU (bf16 autocast), and
    on as many workers as GPUs; validation loss against the CPU run.
-3. End-to-end fine-tuning of the encoder's top 2 layers on a GPU under Ray Train (nccl, bf16).
+3. End-to-end fine-tuning of the encoder's top 2 layers on a GPU under Ray Train (nccl, bf16),
+   through the public API (jr.train(..., workers=N, gpus=True, finetune="top-2")).
 4. The Serve Encoder deployment on a GPU (production's placement): a fine-tuned space routed
    over HTTP, latency of 50 sequential requests.
 Each step records its figures or its error; the exit status is 1 if any step failed.
@@ -98,16 +99,15 @@ def main():
 
     step(results, "ray_train_nccl_bf16", ray_train_nccl)
 
-    def finetune_gpu():
-        from jeirt_ray.distributed.train import RayFitter
-        from jeirt_ray.experiment import prepare_finetuned
-        from jeirt_ray.model.finetune import FinetuneSettings
-        fitter = RayFitter(workers=gpus, storage=home / "ray", prefix="ft", use_gpu=True)
-        tuned = prepare_finetuned(data, args.encoder, "jeirt", FinetuneSettings(layers=2, max_epochs=3), seed=0,
-                                  cache_root=home / "cache", folder=home / "ft-encoder", fit_fn=fitter, progress=False)
-        results["_tuned"] = tuned
-        return {k: tuned.finetune[k] for k in ("layers", "best_val_loss", "best_epoch", "train_seconds",
-                                               "hidden_state_seconds")}
+    def finetune_gpu():  # the public API, as a notebook or RayJob would call it
+        import jeirt_ray as jr
+        space = jr.train(data, encoder=args.encoder, search=False, members=1, workers=gpus, gpus=True,
+                         finetune="top-2", progress=False)
+        results["_space"] = space
+        routed = space.route(texts[:2])
+        return {**{k: space.metadata["finetune"][k] for k in ("layers", "best_val_loss", "best_epoch", "train_seconds",
+                                                             "hidden_state_seconds")},
+                "routed": [r["chosen"] for r in routed]}
 
     step(results, "finetune_ray_train_gpu", finetune_gpu)
 
@@ -115,13 +115,9 @@ def main():
         import httpx
         import yaml
 
-        from jeirt_ray.evaluation import train_space
-        from jeirt_ray.registry import Registry
+        import jeirt_ray as jr
         from jeirt_ray.serving.deploy import check_registry, deploy, load_config
-        tuned = results.pop("_tuned")
-        space = train_space(tuned, config, members=1, progress=False)
-        reg = Registry()
-        reg.promote("gpu-check", reg.register(space, "gpu-check"), "champion")
+        jr.register(results.pop("_space"), "gpu-check", alias="champion")
         raw = yaml.safe_load((ROOT / "deployments" / "production.yaml").read_text())
         app = raw["applications"][0]
         app["args"].update(model="gpu-check", encoder="models:/gpu-check@champion", tracking_uri=None)
@@ -151,7 +147,7 @@ def main():
         return {"requests": len(lat), "p50_ms": float(np.median(lat) * 1000), "p95_ms": float(np.percentile(lat, 95) * 1000)}
 
     step(results, "serve_encoder_gpu", serve_encoder_gpu)
-    results.pop("_tuned", None)
+    results.pop("_space", None)
     write_json(args.out, results)
     sys.exit(0 if all(v.get("ok") for v in results.values() if isinstance(v, dict)) else 1)
 

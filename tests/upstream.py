@@ -94,9 +94,15 @@ class Upstreams:
         self.urls[name] = f"{url}/v1"
         return self.urls[name]
 
-    def kill(self, name: str) -> None:
-        self.procs[name].kill()
-        self.procs[name].wait(10)
+    def kill(self, name: str, graceful: bool = False) -> None:
+        """SIGKILL (the streams it is serving break off), or with `graceful` SIGTERM: uvicorn
+        finishes what it is serving and takes no new connection, as a rolling restart would."""
+        if graceful:
+            self.procs[name].terminate()
+            self.procs[name].wait(60)
+        else:
+            self.procs[name].kill()
+            self.procs[name].wait(10)
 
     def calls(self, name: str) -> dict:
         return httpx.get(self.urls[name][:-3] + "/calls", timeout=5).json()
