@@ -2,13 +2,15 @@
 with pandas.
 
     python benchmarks/import_speed.py --out results/import_speed.json [--models 5000] [--tasks 10] \
-        [--questions 40] [--baseline-models 500] [--workdir DIR]
+        [--questions 40] [--baseline-models 500] [--workdir DIR] [--format harness|leaderboard]
 
-Writes a synthetic folder in the harness's real layout (one folder per model with
-`results_<date>.json` and `samples_<task>_<date>.jsonl`, records as lm_eval's evaluation
-tracker writes them, a one-shot prompt each), then times, each in a fresh child process so that
+Writes a synthetic folder in the harness's real layout, which is also the Open LLM Leaderboard
+v2's details layout (one `<org>__<model>` folder per model with `results_<date>.json` and
+`samples_<task>_<date>.jsonl`, records as lm_eval's evaluation tracker writes them, a one-shot
+prompt each; `--format leaderboard` names the tasks `leaderboard_*` as the leaderboard does and
+imports with `jeirt data import leaderboard`), then times, each in a fresh child process so that
 its peak memory (ru_maxrss) is its own:
-- `jeirt data import harness` (the importer, then Parquet out);
+- `jeirt data import FORMAT` (the importer, then Parquet out);
 - the baseline: `pd.read_json(lines=True)` per file, concatenated, on the first
   --baseline-models models (it holds every record's columns in memory).
 """
@@ -31,7 +33,7 @@ DATE = "2024-06-26T18-52-00.123456"
 SHOT = "Question: Which gas do plants absorb from the air?\nA. oxygen\nB. carbon dioxide\nC. helium\nD. neon\nAnswer: B"
 
 
-def write_folder(root: Path, models: int, tasks: int, questions: int, seed: int = 0) -> int:
+def write_folder(root: Path, models: int, tasks: int, questions: int, seed: int = 0, prefix: str = "") -> int:
     rng = np.random.default_rng(seed)
     ability = rng.normal(size=models)
     difficulty = rng.normal(size=(tasks, questions))
@@ -40,7 +42,7 @@ def write_folder(root: Path, models: int, tasks: int, questions: int, seed: int 
         folder.mkdir(parents=True)
         (folder / f"results_{DATE}.json").write_text(json.dumps({
             "results": {}, "model_name": f"org/model-{m:05d}",
-            "configs": {f"task{t:02d}": {"num_fewshot": 1, "fewshot_delimiter": "\n\n"} for t in range(tasks)}}))
+            "configs": {f"{prefix}task{t:02d}": {"num_fewshot": 1, "fewshot_delimiter": "\n\n"} for t in range(tasks)}}))
         for t in range(tasks):
             p = 1 / (1 + np.exp(-(ability[m] - difficulty[t])))
             correct = rng.random(questions) < p
@@ -56,7 +58,7 @@ def write_folder(root: Path, models: int, tasks: int, questions: int, seed: int 
                     "filtered_resps": [[str(-rng.random()), "False"] for _ in range(4)], "filter": "none",
                     "metrics": ["acc", "acc_norm"], "doc_hash": f"h{t}-{i}", "prompt_hash": "p", "target_hash": "t",
                     "acc": float(correct[i]), "acc_norm": float(correct[i])}))
-            (folder / f"samples_task{t:02d}_{DATE}.jsonl").write_text("\n".join(lines) + "\n")
+            (folder / f"samples_{prefix}task{t:02d}_{DATE}.jsonl").write_text("\n".join(lines) + "\n")
     return models * tasks * questions
 
 
@@ -94,12 +96,14 @@ def main():
     ap.add_argument("--questions", type=int, default=40)
     ap.add_argument("--baseline-models", type=int, default=500)
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--format", choices=("harness", "leaderboard"), default="harness")
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="import-bench-"))
     src = work / "harness"
     start = time.perf_counter()
     if not src.exists():
-        records = write_folder(src, args.models, args.tasks, args.questions)
+        records = write_folder(src, args.models, args.tasks, args.questions,
+                               prefix="leaderboard_" if args.format == "leaderboard" else "")
     else:
         records = args.models * args.tasks * args.questions
     write_s = time.perf_counter() - start
@@ -107,10 +111,11 @@ def main():
     jeirt = Path(sys.executable).with_name("jeirt")
     base_s, base_mb = timed_child([sys.executable, "-c", BASELINE, str(src), str(args.baseline_models * args.tasks),
                                    str(work / "baseline.parquet")])
-    ours_s, ours_mb = timed_child([str(jeirt), "data", "import", "harness", str(src), "--out", str(work / "long")])
+    ours_s, ours_mb = timed_child([str(jeirt), "data", "import", args.format, str(src), "--out", str(work / "long")])
     report = json.loads((work / "long" / "import_report.json").read_text())
     write_json(args.out, {
-        "models": args.models, "tasks": args.tasks, "questions_per_task": args.questions, "records": records,
+        "format": args.format, "models": args.models, "tasks": args.tasks, "questions_per_task": args.questions,
+        "records": records,
         "folder_bytes": size, "write_seconds": write_s,
         "import_seconds": ours_s, "import_peak_rss_mib": ours_mb, "import_records_per_s": records / ours_s,
         "imported": {k: report[k] for k in ("models", "questions", "responses", "files")},

@@ -33,7 +33,9 @@ def _pairs(values: list[str], option: str) -> dict[str, str]:
 
 @data_app.command("import")
 def data_import(fmt: str = typer.Argument(..., metavar="FORMAT", help="harness (lm-evaluation-harness samples, "
-                                          "JSONL or Parquet), helm (HELM run folders) or pyirt (py-irt JSONL)"),
+                                          "JSONL or Parquet), leaderboard (Open LLM Leaderboard details, v1 and v2), "
+                                          "lighteval (details parquet), helm (HELM run folders) or pyirt (py-irt "
+                                          "JSONL)"),
                 src: Path = typer.Argument(..., help="a folder (or, for pyirt, a .jsonl file)"),
                 out: Path = typer.Option(..., help="folder for questions.parquet, responses.parquet and "
                                                     "import_report.json"),
@@ -45,23 +47,41 @@ def data_import(fmt: str = typer.Argument(..., metavar="FORMAT", help="harness (
                                                                     "(default: the prompt without few-shot examples)"),
                 texts: Optional[Path] = typer.Option(None, help="pyirt: question texts (question_id, text[, benchmark]; "
                                                                 "CSV or Parquet)"),
+                texts_from_ids: Optional[bool] = typer.Option(None, "--texts-from-ids/--ids-are-not-texts",
+                                                              help="pyirt: the item ids are the question texts "
+                                                                   "(py-irt's amortized input; default: detected)"),
                 names: Optional[Path] = typer.Option(None, help="model-name mapping (YAML {name: canonical} or "
                                                                 "CSV name,canonical)")):
     """Import per-question results from lm-evaluation-harness, HELM or py-irt into the long format."""
     from . import pipeline
-    metrics = _pairs(metric, "--metric") if fmt == "harness" else (metric[0] if metric else None)
+    metrics = _pairs(metric, "--metric") if fmt in ("harness", "leaderboard", "lighteval") else \
+        (metric[0] if metric else None)
     with expected_failures():
         data, report = pipeline.import_results(fmt, src, metrics=metrics, filters=_pairs(filter_, "--filter"),
-                                               text_field=text_field, texts=texts, names=names, out=out)
-    console.print(f"wrote it to {out}", highlight=False)
+                                               text_field=text_field, texts=texts, texts_from_ids=texts_from_ids,
+                                               names=names, out=out)
+    def say(line: str) -> None:  # soft_wrap: a path is never broken across lines, so that it stays copyable
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    say(f"wrote it to {out}")
+    for note in report["notes"]:
+        say(f"note: {note}")
+    if report["duplicates_dropped"]:
+        say(f"{report['duplicates_dropped']} duplicate label(s) dropped: {report['duplicates_rule']}")
+    for model, row in list(report["per_model"].items())[:20]:
+        merged = f" (merged: {', '.join(row['names'])})" if len(row["names"]) > 1 else ""
+        say(f"  {model}: {row['labels_kept']} labels kept of {row['labels_read']} read; name from "
+            f"{'; '.join(row['name_from'])}{merged}")
+    if len(report["per_model"]) > 20:
+        say(f"  ... and {len(report['per_model']) - 20} more models (all in {out / 'import_report.json'})")
     if report["skipped"]:
-        console.print(f"[yellow]skipped {len(report['skipped'])} item(s)[/yellow] (all in {out / 'import_report.json'}):")
+        console.print(f"[yellow]skipped {len(report['skipped'])} item(s)[/yellow] (all in {out / 'import_report.json'}):",
+                      soft_wrap=True)
         for line in report["skipped"][:10]:
-            console.print(f"  {line}", markup=False, highlight=False)
+            say(f"  {line}")
     if report["near_duplicate_model_names"]:
         groups = report["near_duplicate_model_names"]
         console.print(f"[yellow]{len(groups)} group(s) of model names that may be one LLM[/yellow] (merge them with "
-                      f"--names FILE): " + "; ".join(" = ".join(g) for g in groups[:5]), highlight=False)
+                      f"--names FILE): " + "; ".join(" = ".join(g) for g in groups[:5]), highlight=False, soft_wrap=True)
 
 
 @data_app.command("synth")

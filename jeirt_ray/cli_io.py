@@ -29,13 +29,13 @@ def expected_failures(prefix: str = ""):
         if isinstance(e, ValidationError):
             err = e.errors()[0]
             message, code = f"bad option --{str(err['loc'][0]).replace('_', '-')}: {err['msg']}", 2
-        elif isinstance(e, DataError):
+        elif isinstance(e, (DataError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
             message, code = f"bad input: {e}", 2
         elif isinstance(e, (LookupError, OSError)):
             message, code = f"{prefix}{e}", 1
         else:
             message, code = f"{prefix}{str(e).splitlines()[0]}", 2
-        console.print(f"[red]{message}[/red]", highlight=False)
+        console.print(f"[red]{message}[/red]", highlight=False, soft_wrap=True)  # paths stay on one line
         raise typer.Exit(code)
 
 

@@ -52,19 +52,22 @@ class Imported(NamedTuple):
 
 def import_results(format: str, src: str | Path, *, metrics: dict[str, str] | str | None = None,
                    filters: dict[str, str] | None = None, text_field: str | None = None,
-                   texts: str | Path | None = None, names: dict[str, str] | str | Path | None = None,
-                   out: str | Path | None = None, progress: bool = True) -> Imported:
+                   texts: str | Path | None = None, texts_from_ids: bool | None = None,
+                   names: dict[str, str] | str | Path | None = None, out: str | Path | None = None,
+                   progress: bool = True) -> Imported:
     """Per-question results of another tool in the long format. `format`: `harness`
     (lm-evaluation-harness samples; `metrics` {task: metric}, `filters` {task: filter},
-    `text_field`), `helm` (`metrics`: one metric name) or `pyirt` (`texts`: the question texts).
+    `text_field`), `leaderboard` (the Open LLM Leaderboard's details, v1 and v2), `lighteval`
+    (details parquet), `helm` (`metrics`: one metric name) or `pyirt` (`texts`: the question
+    texts; `texts_from_ids`: the item ids are the texts, detected when neither is given).
     `names`: a model-name mapping ({name: canonical}, or a YAML/CSV file). With `out`, the data
     and `import_report.json` are written there."""
     from .data.importers import HarnessOptions, import_results as run, read_mapping
-    harness = HarnessOptions(metrics=metrics if format == "harness" and isinstance(metrics, dict) else {},
-                             filters=filters or {}, text_field=text_field)
+    harness = HarnessOptions(metrics=metrics if isinstance(metrics, dict) else {}, filters=filters or {},
+                             text_field=text_field)
     mapping = read_mapping(names) if isinstance(names, (str, Path)) else names
     data, report = run(format, src, harness=harness, metric=metrics if isinstance(metrics, str) else None,
-                       texts=texts, mapping=mapping, progress=progress)
+                       texts=texts, texts_from_ids=texts_from_ids, mapping=mapping, progress=progress)
     if out is not None:
         data.save(out)
         (Path(out) / "import_report.json").write_text(json.dumps(report, indent=1))

@@ -43,7 +43,7 @@ from .dataset import ResponseData
 from .errors import DataError
 from .tables import read_table
 
-FORMATS = ("harness", "helm", "pyirt")
+FORMATS = ("harness", "leaderboard", "lighteval", "helm", "pyirt")
 DEFAULT_METRICS = ("acc", "exact_match", "pass@1", "pass_at_1", "em", "acc_norm", "f1")
 HELM_METRICS = ("exact_match", "quasi_exact_match")
 FILTER_PREFERENCE = ("none", "strict-match")
@@ -65,6 +65,8 @@ class Collector:
     y: array = field(default_factory=lambda: array("f"))
     skipped: list[str] = field(default_factory=list)
     files: int = 0
+    name_sources: dict[str, str] = field(default_factory=dict)  # model -> where its name came from
+    notes: list[str] = field(default_factory=list)  # choices made for the whole import
 
     def question(self, qid: str, benchmark: str, text: str) -> int:
         pos = self.question_pos.get(qid)
@@ -82,7 +84,10 @@ class Collector:
     def skip(self, problem: str, **where) -> None:
         self.skipped.append(str(DataError(problem, **where)))
 
-    def to_data(self, name: str, mapping: dict[str, str] | None = None) -> ResponseData:
+    def to_data(self, name: str, mapping: dict[str, str] | None = None) -> tuple[ResponseData, dict]:
+        """(the dataset, per model: labels read and kept, duplicates dropped, the names merged into
+        it and where its name came from). The same (model, question) read twice keeps the label
+        read last: runs are read oldest first, so that is the latest run's."""
         if not self.y:
             raise DataError("nothing could be imported" + (f"; skipped: {self.skipped[:3]}" if self.skipped else ""))
         names = list(self.model_pos)
@@ -92,14 +97,23 @@ class Collector:
         m = remap[np.frombuffer(self.m, dtype=np.int32)]
         q = np.frombuffer(self.q, dtype=np.int32).astype(np.int64)
         y = np.frombuffer(self.y, dtype=np.float32).copy()
-        # the same (model, question) twice: keep the last one read (the later file)
         key = m.astype(np.int64) * len(self.texts) + q
         _, last = np.unique(key[::-1], return_index=True)
         keep = np.sort(len(key) - 1 - last)
+        read, kept = np.bincount(m, minlength=len(models)), np.bincount(m[keep], minlength=len(models))
+        merged: dict[str, list[str]] = defaultdict(list)
+        for n, c in zip(names, canonical):
+            merged[c].append(n)
+        per_model = {str(mod): {"labels_read": int(read[i]), "labels_kept": int(kept[i]),
+                                "duplicates_dropped": int(read[i] - kept[i]),
+                                "names": sorted(merged[str(mod)]),
+                                "name_from": sorted({self.name_sources.get(n, "the source") for n in merged[str(mod)]})}
+                     for i, mod in enumerate(models)}
         ids = np.array(list(self.question_pos), dtype=str)
-        return ResponseData(question_ids=ids, benchmarks=np.array(self.benchmarks, dtype=str),
+        data = ResponseData(question_ids=ids, benchmarks=np.array(self.benchmarks, dtype=str),
                             texts=np.array(self.texts, dtype=str), models=models, q_idx=q[keep],
                             m_idx=m[keep].astype(np.int64), labels=y[keep], name=name)
+        return data, per_model
 
 
 def _where(path: Path | str, n: int | None) -> dict:
@@ -107,6 +121,20 @@ def _where(path: Path | str, n: int | None) -> dict:
     if n is None:
         return {"file": str(path)}
     return {"file": str(path), ("record" if str(path).endswith(".parquet") else "line"): n}
+
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+LFS_FIX = "a Git LFS pointer, not the data: run `git lfs pull` in the repository it came from"
+
+
+def is_lfs_pointer(path: Path) -> bool:
+    """A ~130-byte Git LFS stub (`version https://git-lfs.github.com/spec/v1`, `oid sha256:...`,
+    `size ...`) checked out in place of the file."""
+    try:
+        with path.open("rb") as f:
+            return f.read(len(LFS_POINTER)) == LFS_POINTER
+    except OSError:
+        return False
 
 
 def _label(value, where: dict, metric: str) -> float:
@@ -142,7 +170,7 @@ def _records(path: Path) -> Iterator[tuple[int, dict | None, str | None]]:
             yield (n, rec, None) if isinstance(rec, dict) else (n, None, "not a JSON object")
 
 
-def _prompt(arguments) -> str | None:
+def _prompt(arguments):
     """The first request's context: `{"gen_args_0": {"arg_0": ...}}` as written to disk, or the
     in-memory `[[context, continuation], ...]`."""
     if isinstance(arguments, dict):
@@ -153,6 +181,32 @@ def _prompt(arguments) -> str | None:
     return None
 
 
+def _chat_messages(prompt) -> list[dict] | None:
+    """A chat-template run's context (`--apply_chat_template`, API and chat-completions models):
+    the messages as a JSON-encoded list (lm_eval's JsonChatStr), that string wrapped in a list
+    (the NamedTuple as JSON), or the list itself; None for a plain prompt."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        stripped = prompt.lstrip()
+        if not stripped.startswith("[") or '"role"' not in stripped[:200]:
+            return None
+        try:
+            prompt = json.loads(stripped)
+        except json.JSONDecodeError:
+            return None
+    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "role" in m for m in prompt):
+        return prompt
+    return None
+
+
+def _content_text(content) -> str:
+    """A message's content: a string, or OpenAI's list of parts (`{"type": "text", "text": ...}`)."""
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
+    return "" if content is None else str(content)
+
+
 @dataclass
 class HarnessOptions:
     metrics: dict[str, str] = field(default_factory=dict)  # task -> metric
@@ -160,20 +214,54 @@ class HarnessOptions:
     text_field: str | None = None  # a field of `doc` instead of the prompt
 
 
-def _model_info(folder: Path) -> tuple[str, dict]:
-    """(model name, per-task config) from the folder's newest readable results file."""
-    for path in sorted(folder.glob("results_*.json"), reverse=True):
-        try:
-            results = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+@dataclass
+class Run:
+    """One harness run: its results file (which names the model) and datetime."""
+    model: str | None
+    configs: dict
+    results: Path | None
+    name_from: str
+
+
+def _run_of_results(path: Path) -> Run:
+    """The model a results file names: `model_name`, else `model_args`' `pretrained=`/`model=`."""
+    results = json.loads(path.read_text(encoding="utf-8"))
+    name, source = results.get("model_name"), f"model_name in {path.name}"
+    if not name:
+        args = str((results.get("config") or {}).get("model_args") or "")
+        found = re.search(r"(?:^|,)\s*(?:pretrained|model)=([^,]+)", args)
+        name, source = (found[1], f"model_args in {path.name}") if found else (None, "")
+    return Run(name, results.get("configs") or {}, path, source)
+
+
+def harness_runs(col: Collector, folder: Path) -> dict[str, Run]:
+    """Every run in a folder, by datetime: several models' runs may lie side by side (a plain
+    --output_path), and a samples file belongs to the results file with the same datetime."""
+    runs = {}
+    for path in sorted(folder.glob("results_*.json")):
+        date = _RESULTS.match(path.name)
+        if not date:
             continue
-        name = results.get("model_name")
-        if not name:
-            args = str((results.get("config") or {}).get("model_args") or "")
-            found = re.search(r"(?:^|,)\s*pretrained=([^,]+)", args)
-            name = found[1] if found else None
-        return name or folder.name, results.get("configs") or {}
-    return folder.name, {}
+        if is_lfs_pointer(path):
+            col.skip(LFS_FIX, file=str(path))
+            continue
+        try:
+            runs[date["date"]] = _run_of_results(path)
+        except (OSError, ValueError) as e:
+            col.skip(f"unreadable results file ({type(e).__name__})", file=str(path))
+    return runs
+
+
+def _model_of(folder: Path, date: str, runs: dict[str, Run]) -> Run | None:
+    """The run a samples file of `date` belongs to; without any results file in the folder, the
+    folder names the model (`<org>__<model>` as the harness and the leaderboard name it); None
+    when the folder has results files but none of this run's (which model ran it is unknown)."""
+    run = runs.get(date)
+    if run is not None and run.model:
+        return run
+    if (not runs and not list(folder.glob("results_*.json"))) or (run is not None and len(runs) == 1):
+        return Run(folder.name.replace("__", "/"), {}, None, f"the folder name {folder.name!r}")
+    return None
 
 
 def _pick_filter(filters: Iterable[str], override: str | None) -> str:
@@ -199,6 +287,10 @@ def _question_text(rec: dict, config: dict, opts: HarnessOptions) -> str | None:
         value = doc.get(opts.text_field) if isinstance(doc, dict) else None
         return None if value is None else str(value)
     prompt = _prompt(rec.get("arguments"))
+    chat = _chat_messages(prompt)
+    if chat is not None:  # few-shot examples are earlier turns: the question is the last user turn
+        users = [_content_text(m.get("content")) for m in chat if m.get("role") == "user"]
+        return users[-1].strip() if users else None
     if not isinstance(prompt, str):
         return None
     if config.get("num_fewshot"):
@@ -247,34 +339,39 @@ def read_harness_file(col: Collector, path: Path, model: str, config: dict, task
         col.skip(f"no usable record under filter {chosen!r}", file=file)
 
 
-def harness_folders(src: Path) -> dict[Path, list[Path]]:
-    """Every folder under `src` holding samples files, with them (oldest first)."""
-    groups: dict[Path, list[Path]] = defaultdict(list)
-    for path in src.rglob("samples_*"):
-        if _SAMPLES.match(path.name):
-            groups[path.parent].append(path)
-    return {folder: sorted(files, key=lambda p: _SAMPLES.match(p.name)["date"]) for folder, files in sorted(groups.items())}
+def harness_files(src: Path) -> list[Path]:
+    """Every samples file under `src`, oldest run first (so that a later run's label wins)."""
+    files = [p for p in src.rglob("samples_*") if _SAMPLES.match(p.name)]
+    return sorted(files, key=lambda p: (_SAMPLES.match(p.name)["date"], str(p)))
 
 
 def read_harness(src: str | Path, opts: HarnessOptions | None = None, progress: bool = True) -> Collector:
     src, opts, col = Path(src), opts or HarnessOptions(), Collector()
-    folders = harness_folders(src)
-    if not folders:
+    files = harness_files(src)
+    if not files:
         raise DataError("no lm-evaluation-harness samples files (samples_<task>_<date>.jsonl or .parquet) "
                         "under this folder", file=str(src))
-    bar = tqdm(total=sum(len(f) for f in folders.values()), desc="importing harness samples", unit="file",
-               disable=not progress)
-    for folder, files in folders.items():
-        model, configs = _model_info(folder)
-        for path in files:
-            task = _SAMPLES.match(path.name)["task"]
-            try:
-                read_harness_file(col, path, model, configs.get(task) or {}, task, opts)
-            except (OSError, ValueError) as e:  # unreadable file (Parquet, encoding): the rest goes on
-                col.skip(f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:200]})", file=str(path))
-            col.files += 1
-            bar.update()
-    bar.close()
+    runs: dict[Path, dict[str, Run]] = {}
+    for path in tqdm(files, desc="importing harness samples", unit="file", disable=not progress):
+        col.files += 1
+        name = _SAMPLES.match(path.name)
+        if path.parent not in runs:
+            runs[path.parent] = harness_runs(col, path.parent)
+        if is_lfs_pointer(path):
+            col.skip(LFS_FIX, file=str(path))
+            continue
+        run = _model_of(path.parent, name["date"], runs[path.parent])
+        if run is None:
+            known = sorted({r.model for r in runs[path.parent].values() if r.model})
+            col.skip(f"which model ran it is unknown: no results_{name['date']}.json beside it names one (the "
+                     f"folder's results files name {known[:5]}); refused rather than given another run's model",
+                     file=str(path))
+            continue
+        col.name_sources.setdefault(run.model, run.name_from)
+        try:
+            read_harness_file(col, path, run.model, run.configs.get(name["task"]) or {}, name["task"], opts)
+        except (OSError, ValueError) as e:  # unreadable file (Parquet, encoding): the rest goes on
+            col.skip(f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:200]})", file=str(path))
     return col
 
 
@@ -287,6 +384,11 @@ def read_helm(src: str | Path, metric: str | None = None, progress: bool = True)
         raise DataError("no HELM run folders (per_instance_stats.json) under this folder", file=str(src))
     for run in tqdm(runs, desc="importing HELM runs", unit="run", disable=not progress):
         col.files += 1
+        stubs = [p for p in (run / "run_spec.json", run / "scenario_state.json", run / "per_instance_stats.json")
+                 if is_lfs_pointer(p)]
+        if stubs:
+            col.skip(LFS_FIX, file=str(stubs[0]))
+            continue
         try:
             spec = json.loads((run / "run_spec.json").read_text(encoding="utf-8"))
             state = json.loads((run / "scenario_state.json").read_text(encoding="utf-8"))
@@ -302,6 +404,7 @@ def read_helm(src: str | Path, metric: str | None = None, progress: bool = True)
         scenario = re.sub(r"(^|,)model=[^,]*", "", name.split(":", 1)[1] if ":" in name else "").strip(",")
         benchmark = name.split(":", 1)[0]
         prefix = f"{benchmark}:{scenario}" if scenario else benchmark
+        choices = str((spec.get("adapter_spec") or {}).get("method") or "").startswith("multiple_choice")
         texts = {}
         for rs in state.get("request_states") or []:
             inst = rs.get("instance") or {}
@@ -309,7 +412,7 @@ def read_helm(src: str | Path, metric: str | None = None, progress: bool = True)
                 continue
             text = (inst.get("input") or {}).get("text")
             if isinstance(text, str) and text.strip():
-                texts.setdefault(str(inst["id"]), text.strip())
+                texts.setdefault(str(inst["id"]), _helm_text(text.strip(), inst, choices))
         sums: dict[str, list[float]] = defaultdict(list)
         file = str(run / "per_instance_stats.json")
         for n, entry in enumerate(stats, 1):
@@ -335,24 +438,66 @@ def read_helm(src: str | Path, metric: str | None = None, progress: bool = True)
     return col
 
 
+def _helm_text(text: str, instance: dict, choices: bool) -> str:
+    """A multiple-choice instance's input with its options (the references the model chose from),
+    lettered as HELM's joint adapter shows them: what the model saw, and what the question's
+    embedding should carry."""
+    refs = [((r.get("output") or {}).get("text") or "").strip() for r in instance.get("references") or []]
+    if not choices or len(refs) < 2:
+        return text
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return text + "\n" + "\n".join(f"{letters[i] if i < 26 else i + 1}. {r}" for i, r in enumerate(refs))
+
+
 # ---- py-irt ----------------------------------------------------------------------------------
 
-def read_pyirt(src: str | Path, texts: str | Path | None, progress: bool = True) -> Collector:
+def _pyirt_items(files: list[Path], limit: int = 2000) -> list[str]:
+    """Up to `limit` item ids, to tell whether they are texts (py-irt's amortized input)."""
+    items: list[str] = []
+    for path in files:
+        for _, rec, _ in _records(path):
+            if rec and isinstance(rec.get("responses"), dict):
+                items += [str(i) for i in rec["responses"]]
+            if len(items) >= limit:
+                return items
+    return items
+
+
+def ids_are_texts(items: list[str]) -> bool:
+    """Item ids that read as question texts: most have several words (py-irt's amortized models
+    take the item text as its id)."""
+    return bool(items) and float(np.mean([len(i.split()) >= 4 for i in items])) > 0.8
+
+
+def read_pyirt(src: str | Path, texts: str | Path | None, progress: bool = True,
+               texts_from_ids: bool | None = None) -> Collector:
+    """`texts_from_ids`: the item ids are the question texts (py-irt's amortized input); None:
+    decided from the ids when no `texts` file is given."""
     src, col = Path(src), Collector()
-    if texts is None:
-        raise DataError("py-irt data has no question texts, and JE-IRT embeds each question's text: pass "
-                        "--texts FILE (columns question_id, text and optionally benchmark)", file=str(src))
-    table = read_table(Path(texts))
-    missing = [c for c in ("question_id", "text") if c not in table.columns]
-    if missing:
-        raise DataError(f"missing column(s) {missing}; found {list(table.columns)}", file=str(texts))
-    bench = table["benchmark"] if "benchmark" in table.columns else ["pyirt"] * len(table)
-    known = {str(q): (str(t), str(b)) for q, t, b in zip(table["question_id"], table["text"], bench)}
     files = [src] if src.is_file() else sorted(src.glob("*.jsonl"))
     if not files:
         raise DataError("no .jsonl file here", file=str(src))
+    if texts is None and texts_from_ids is None:
+        texts_from_ids = ids_are_texts(_pyirt_items(files))
+        if texts_from_ids:
+            col.notes.append("the item ids read as question texts (py-irt's amortized input): used as the texts")
+    if texts is None and not texts_from_ids:
+        raise DataError("py-irt data has no question texts, and JE-IRT embeds each question's text: pass "
+                        "--texts FILE (columns question_id, text and optionally benchmark), or --texts-from-ids "
+                        "when the item ids are the texts (py-irt's amortized input)", file=str(src))
+    known = None
+    if texts is not None:
+        table = read_table(Path(texts))
+        missing = [c for c in ("question_id", "text") if c not in table.columns]
+        if missing:
+            raise DataError(f"missing column(s) {missing}; found {list(table.columns)}", file=str(texts))
+        bench = table["benchmark"] if "benchmark" in table.columns else ["pyirt"] * len(table)
+        known = {str(q): (str(t), str(b)) for q, t, b in zip(table["question_id"], table["text"], bench)}
     for path in files:
         col.files += 1
+        if is_lfs_pointer(path):
+            col.skip(LFS_FIX, file=str(path))
+            continue
         for n, rec, why in tqdm(_records(path), desc=f"importing {path.name}", unit="subject", disable=not progress):
             if rec is None:
                 col.skip(why, **_where(path, n))
@@ -362,7 +507,7 @@ def read_pyirt(src: str | Path, texts: str | Path | None, progress: bool = True)
                 col.skip("a py-irt record needs subject_id and a responses object", **_where(path, n))
                 continue
             for item, value in responses.items():
-                if str(item) not in known:
+                if known is not None and str(item) not in known:
                     col.skip("item has no text in the texts file", **_where(path, n), column="responses",
                              value=item)
                     continue
@@ -371,8 +516,101 @@ def read_pyirt(src: str | Path, texts: str | Path | None, progress: bool = True)
                 except DataError as e:
                     col.skipped.append(str(e))
                     continue
-                text, benchmark = known[str(item)]
+                text, benchmark = known[str(item)] if known is not None else (str(item), "pyirt")
                 col.add(str(subject), col.question(str(item), benchmark, text), label)
+    return col
+
+
+# ---- lighteval details (the Open LLM Leaderboard v1) ------------------------------------------
+
+_DETAILS = re.compile(r"^details_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.parquet$")
+
+
+def _lighteval_model(path: Path, src: Path) -> tuple[str, str] | None:
+    """(model, where the name came from) of a details file: a `details_<org>__<model>` folder (the
+    leaderboard's details sets, as downloaded), else lighteval's own layout
+    `details/<model name>/<date>/details_<task>_<date>.parquet`."""
+    for folder in [path.parent, *path.parent.parents]:
+        if folder.name.startswith("details_") and not _DETAILS.match(folder.name + ".parquet"):
+            return folder.name[len("details_"):].replace("__", "/"), f"the details set {folder.name!r}"
+        if folder == src.parent:
+            break
+    parts = path.relative_to(src).parts if path.is_relative_to(src) else path.parts
+    if "details" in parts[:-2]:
+        start = len(parts) - 1 - parts[::-1].index("details")
+        name = "/".join(parts[start + 1:-2])  # between details/ and the <date>/ folder
+        if name:
+            return name, f"the folder details/{name}"
+    return None
+
+
+def _metrics_dict(value) -> dict | None:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str):  # lighteval casts nested columns to str when Arrow cannot type them
+        import ast
+        try:
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return None
+        return parsed if isinstance(parsed, dict) else None
+    return None
+
+
+LIGHTEVAL_METRICS = ("acc", "acc_norm", "em", "exact_match", "quasi_em", "mc2", "pass@1")
+
+
+def read_lighteval(src: str | Path, opts: HarnessOptions | None = None, progress: bool = True,
+                   col: Collector | None = None) -> Collector:
+    """lighteval's details: one Parquet file a task and run (`details_<task>_<date>.parquet`, task
+    as `suite|name|fewshot`), a record per example with `example` (the query without few-shot
+    examples), `full_prompt` and `metrics` ({name: value}). Into `col` when given."""
+    import hashlib
+    src, opts, col = Path(src), opts or HarnessOptions(), col or Collector()
+    files = sorted((p for p in src.rglob("details_*.parquet") if _DETAILS.match(p.name)),
+                   key=lambda p: (_DETAILS.match(p.name)["date"], str(p)))
+    if not files:
+        raise DataError("no lighteval details files (details_<task>_<date>.parquet) under this folder", file=str(src))
+    for path in tqdm(files, desc="importing lighteval details", unit="file", disable=not progress):
+        col.files += 1
+        if is_lfs_pointer(path):
+            col.skip(LFS_FIX, file=str(path))
+            continue
+        owner = _lighteval_model(path, src)
+        if owner is None:
+            col.skip("which model ran it is unknown: it is neither in a details_<org>__<model> folder nor in "
+                     "lighteval's details/<model>/<date>/ layout", file=str(path))
+            continue
+        model, source = owner
+        col.name_sources.setdefault(model, source)
+        task = _DETAILS.match(path.name)["task"]
+        benchmark = task.split("|")[1] if task.count("|") >= 2 else task
+        try:
+            records = list(_records(path))
+        except (OSError, ValueError) as e:
+            col.skip(f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:200]})", file=str(path))
+            continue
+        for n, rec, _ in records:
+            metrics = _metrics_dict(rec.get("metrics"))
+            chosen = opts.metrics.get(task) or opts.metrics.get(benchmark) or \
+                next((m for m in LIGHTEVAL_METRICS if metrics and m in metrics), None)
+            if not metrics or chosen not in metrics:
+                col.skip(f"no label metric (tried {chosen or list(LIGHTEVAL_METRICS)}; choose one with --metric "
+                         f"{benchmark}=NAME)", **_where(path, n), column="metrics",
+                         value=sorted(metrics)[:8] if metrics else rec.get("metrics"))
+                continue
+            try:
+                label = _label(metrics[chosen], _where(path, n), f"metrics.{chosen}")
+            except DataError as e:
+                col.skipped.append(str(e))
+                continue
+            text = str(rec.get("example") or "").strip() or str(rec.get("full_prompt") or "").split("\n\n")[-1].strip()
+            if not text:
+                col.skip("no question text", **_where(path, n), column="example")
+                continue
+            hashes = rec.get("hashes") if isinstance(rec.get("hashes"), dict) else {}
+            ident = hashes.get("example") or hashlib.sha256(text.encode()).hexdigest()[:16]
+            col.add(model, col.question(f"{benchmark}/{ident}", benchmark, text), label)
     return col
 
 
@@ -404,29 +642,61 @@ def near_duplicate_names(names: Iterable[str]) -> list[list[str]]:
     return sorted(sorted(g) for g in groups.values() if len(g) > 1)
 
 
+DUPLICATE_RULE = ("the same model and question read twice (a re-run) keeps the label of the later run, by the "
+                  "run's datetime, else the file read later; different models are never merged unless a name "
+                  "mapping says so")
+
+
+def _leaderboard(src: Path, opts: HarnessOptions | None, progress: bool) -> Collector:
+    """The Open LLM Leaderboard's details: v2 (harness samples in `<org>__<model>` folders) and v1
+    (lighteval's parquet in `details_<org>__<model>` sets), whichever are under `src`."""
+    v2 = bool(harness_files(src))
+    v1 = any(_DETAILS.match(p.name) for p in src.rglob("details_*.parquet"))
+    if not (v1 or v2):
+        raise DataError("no Open LLM Leaderboard details under this folder (v2: samples_<task>_<date>.jsonl or "
+                        ".parquet in <org>__<model> folders; v1: details_<task>_<date>.parquet in "
+                        "details_<org>__<model> sets)", file=str(src))
+    col = read_harness(src, opts, progress) if v2 else Collector()
+    return read_lighteval(src, opts, progress, col) if v1 else col
+
+
 def import_results(fmt: str, src: str | Path, *, harness: HarnessOptions | None = None, metric: str | None = None,
                    texts: str | Path | None = None, mapping: dict[str, str] | None = None,
-                   progress: bool = True) -> tuple[ResponseData, dict]:
-    """(the dataset, a report: files, skipped items, near-duplicate model names)."""
+                   texts_from_ids: bool | None = None, progress: bool = True) -> tuple[ResponseData, dict]:
+    """(the dataset, a report: files, skipped items (each with where and why), per model the labels
+    read and kept and where its name came from, the duplicate rule, near-duplicate model names)."""
+    src = Path(src)
     if fmt == "harness":
         col = read_harness(src, harness, progress)
+    elif fmt == "lighteval":
+        col = read_lighteval(src, harness, progress)
+    elif fmt == "leaderboard":
+        col = _leaderboard(src, harness, progress)
     elif fmt == "helm":
         col = read_helm(src, metric, progress)
     elif fmt == "pyirt":
-        col = read_pyirt(src, texts, progress)
+        col = read_pyirt(src, texts, progress, texts_from_ids)
     else:
         raise DataError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    data = col.to_data(Path(src).resolve().name, mapping)
+    lfs = sum(LFS_FIX in s for s in col.skipped)
+    if lfs and lfs == col.files:
+        raise DataError(f"all {lfs} file(s) are Git LFS pointers, not the data: run `git lfs pull` in the "
+                        f"repository they came from", file=str(src))
+    data, per_model = col.to_data(src.resolve().name, mapping)
     report = {"format": fmt, "source": str(src), "files": col.files, "models": data.n_models,
               "questions": data.n_questions, "responses": data.n_responses, "skipped": col.skipped,
-              "near_duplicate_model_names": near_duplicate_names(data.models.tolist())}
+              "lfs_pointers": lfs, "notes": col.notes, "duplicates_rule": DUPLICATE_RULE,
+              "duplicates_dropped": sum(m["duplicates_dropped"] for m in per_model.values()),
+              "per_model": per_model, "near_duplicate_model_names": near_duplicate_names(data.models.tolist())}
     return data, report
 
 
 def detect_format(path: Path) -> str | None:
-    """'harness' or 'helm' when a folder holds such results (for `--data`), else None."""
-    if next((p for p in path.rglob("samples_*") if _SAMPLES.match(p.name)), None) is not None:
-        return "harness"
+    """'leaderboard' (harness samples, lighteval details, or both) or 'helm' when a folder holds
+    such results (for `--data`), else None."""
+    if next((p for p in path.rglob("samples_*") if _SAMPLES.match(p.name)), None) is not None or \
+            next((p for p in path.rglob("details_*.parquet") if _DETAILS.match(p.name)), None) is not None:
+        return "leaderboard"
     if next(path.rglob("per_instance_stats.json"), None) is not None:
         return "helm"
     return None

@@ -128,12 +128,14 @@ class Router:
         if self.centroids is not None:
             xn = x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-9)
             nearest = [self.benchmarks[i] for i in (xn @ self.centroids.T).argmax(1)]
+        def cost(j):
+            return None if self.costs is None else float(self.costs[j])
+
         out = []
         for i in range(len(p)):
             pick = int(order[0][i])
             cols = np.flatnonzero(allowed[i])
             by_p = cols[np.argsort(-p[i, cols], kind="stable")][:top_k or None]
-            cost = (lambda j: None if self.costs is None else float(self.costs[j]))
             out.append({"query_index": i, "chosen": self.names[pick], "policy": policy, "p_correct": float(p[i, pick]),
                         "expected_cost": cost(pick), "difficulty": float(norms[i]),
                         "nearest_benchmark": nearest and nearest[i],
