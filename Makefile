@@ -31,7 +31,7 @@ demo: $(BIN)/.installed
 	$(BIN)/jeirt demo
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -ra
 
 # the documentation site, into site/ (the same build runs, --strict, in the tests)
 docs: $(BIN)/.installed

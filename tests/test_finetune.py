@@ -121,7 +121,9 @@ def test_finetuning_under_ddp_on_two_workers(cluster, data, tiny_encoder, tuned)
 
 
 def test_serve_routes_with_the_spaces_own_encoder(cluster, tuned):
+    """(Serve is shut down at the end: its replicas' CPUs are the DDP test's, whatever the order.)"""
     import httpx
+    from ray import serve
 
     from jeirt_ray.registry import Registry
     from jeirt_ray.serving.deploy import check_registry, deploy, load_config
@@ -133,9 +135,12 @@ def test_serve_routes_with_the_spaces_own_encoder(cluster, tuned):
         check_registry(load_config(path))
     config = load_config(local_serve_config(cluster / "serve.yaml", model="ft", encoder="models:/ft@champion"))
     check_registry(config)
-    url = deploy(config, timeout_s=300)
-    text = str(tuned.data.texts[5])
-    r = httpx.post(f"{url}/v1/route", json={"query": text, "top_k": 3}, timeout=60)
+    try:
+        url = deploy(config, timeout_s=300)
+        text = str(tuned.data.texts[5])
+        r = httpx.post(f"{url}/v1/route", json={"query": text, "top_k": 3}, timeout=60)
+    finally:
+        serve.shutdown()
     assert r.status_code == 200, r.text
     probs = space.predict_proba(make_encoder(tuned.encoder_dir).encode([text]))[0]
     assert r.json()["results"][0]["chosen"] == space.model_names[int(probs.argmax())]

@@ -144,9 +144,10 @@ class Router:
     def __del__(self):
         """Serve calls this when the replica stops (Python again when it collects the object):
         close the upstream connections."""
-        gateway = getattr(self, "gateway", None)  # None: __init__ never ran
-        if gateway is not None:
-            gateway.close_soon()
+        if getattr(self, "live", None) is not None:  # None: __init__ never ran
+            self.live.close()
+        if getattr(self, "gateway", None) is not None:
+            self.gateway.close_soon()
 
     def reconfigure(self, user_config: dict) -> None:
         """Serve's live settings (typed: settings.RouterConfig; an unknown key fails the update)."""

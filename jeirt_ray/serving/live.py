@@ -78,6 +78,7 @@ class LiveSpace:
         self.registry_error: str | None = None  # why the alias's version is not the one serving, if so
         self.registry_reachable = True
         self.lock = threading.Lock()
+        self.stopped = threading.Event()
 
     @property
     def uri(self) -> str:
@@ -87,13 +88,16 @@ class LiveSpace:
         """Re-resolve the alias every `refresh_s` in a daemon thread, off the request path: a slow
         or locked registry never delays a query."""
         def loop():
-            while True:
-                time.sleep(self.config.refresh_s)  # read each round: configure may change it
+            while not self.stopped.wait(self.config.refresh_s):  # read each round: configure may change it
                 if self.core is not None:
                     self.refresh()
         thread = threading.Thread(target=loop, daemon=True, name="alias-watcher")
         thread.start()
         return thread
+
+    def close(self) -> None:
+        """Stop watching the alias."""
+        self.stopped.set()
 
     def configure(self, config: RouterConfig) -> None:
         """Apply new live settings (alias, costs, default policy, upstreams). A setting that
