@@ -13,16 +13,17 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import pandas as pd
 
 from . import paths
-from .api import Registry, Space
 from .data import ResponseData, Split, read_split
 from .encoders import DEFAULT_ENCODER
-from .evaluation import JEIRT_MEMBERS, METHODS
-from .experiment import Prepared
+
+if TYPE_CHECKING:  # torch and the rest load when a job needs them: `jeirt data import` stays light
+    from .api import Space
+    from .experiment import Prepared
 
 log = logging.getLogger("jeirt.pipeline")
 DataLike = ResponseData | str | Path | None
@@ -173,7 +174,8 @@ def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool
     - `mlflow_run`: with `workers`, the name of an MLflow run that rank 0 logs the epochs into.
     - `out`: save the space there, with the split it was trained on (split.json).
     """
-    from .evaluation import searched_space, train_space
+    from .api import Space
+    from .evaluation import JEIRT_MEMBERS, searched_space, train_space
     from .routing.policies import tune_routing
     if workers is not None and search:
         log.info("workers= trains the fixed configuration on Ray Train: searching is off")
@@ -208,6 +210,7 @@ def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool
 def register(space: Space, name: str, *, alias: str | None = None, tracking_uri: str | None = None) -> int:
     """Register the space as a new version of `name` (into the MLflow run it was trained in, when
     it has one) and optionally point `alias` (e.g. champion) at it; returns the version."""
+    from .api import Registry
     reg = Registry(tracking_uri)
     best_val = min(m["best_val_loss"] for m in space.metadata["members"])
     version = reg.register(space, name, {"best_member_val_loss": best_val}, run_id=space.metadata.get("mlflow_run_id"))
@@ -219,17 +222,18 @@ def register(space: Space, name: str, *, alias: str | None = None, tracking_uri:
 
 
 # ---- evaluation ---------------------------------------------------------------------------------
-def evaluate(data: DataLike = None, *, methods: Sequence[str] = METHODS, encoder: str = DEFAULT_ENCODER,
+def evaluate(data: DataLike = None, *, methods: Sequence[str] | None = None, encoder: str = DEFAULT_ENCODER,
              search: bool = True, seed: int = 0, split: SplitLike = None, members: int | None = None,
              trials: int | None = None, criterion: str = "val_loss", finetune: str | None = None,
              encoder_lr: float = 3e-5, out: str | Path | None = None, progress: bool = True) -> dict[str, dict]:
-    """Train every method in `methods` (jeirt, mf, knn, majority, irt1pl, irt2pl) on one split
+    """Train every method in `methods` (default all: jeirt, mf, knn, majority, irt1pl, irt2pl) on one split
     and score it on the test questions: {method: {test_accuracy, auc, log_loss, train_seconds,
     ...}}; on SYNTHETIC data also `truth` (the generator's probabilities, the ceiling). With
     `search`, JE-IRT and MF each get a search of the same budget; with `finetune`, each
     fine-tunes its own copy of the encoder first. With `out`, the results are written there as
     JSON and the split next to them (`<out stem>.split.json`)."""
-    from .evaluation import evaluate as run
+    from .evaluation import JEIRT_MEMBERS, METHODS, evaluate as run
+    methods = METHODS if methods is None else methods
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; expected some of {', '.join(METHODS)}")
@@ -267,6 +271,7 @@ def demo(out: str | Path | None = None, *, encoder: str = DEFAULT_ENCODER, trial
     "out"}; writes results.json, the space and the data under `out`."""
     from .data.synthetic import generate
     from .distributed import init_ray
+    from .api import Space
     from .distributed.encode import encode_with_ray
     from .encoders import make_encoder
     from .evaluation import evaluate as run
@@ -310,7 +315,7 @@ def report(data: DataLike = None, *, out: str | Path, encoder: str = DEFAULT_ENC
     import os
 
     from .analysis.report import STUDIES, run_report
-    from .evaluation import train_space
+    from .evaluation import JEIRT_MEMBERS, train_space
     from .routing.costs import load_costs, read_cost_table
     bad = sorted(set(studies or ()) - set(STUDIES))
     if bad:
