@@ -216,20 +216,18 @@ def test_onboard_promote_is_picked_up_live_and_a_bad_version_is_not(service, reg
     assert routed.status_code == 200 and routed.json()["results"][0]["chosen"] == "newcomer"
 
     # a version trained on another encoder cannot serve this encoder: the router keeps the good one
-    with broken_champion(reg, good):
+    with broken_champion(reg, good, service):
         time.sleep(3)
         assert _models(service)["data"][0]["registry_version"] == good
         assert httpx.post(f"{service}/v1/route", json={"query": "q"}, timeout=30).status_code == 200
         health = httpx.get(f"{service}/health", timeout=30).json()
         assert health["status"] == "degraded" and "hashing-999" in health["registry"]["error"]
-    assert _wait_for(lambda: all(httpx.get(f"{service}/health", timeout=30).json()["status"] == "ok"
-                                 for _ in range(4)), timeout=60)
 
 
 @contextlib.contextmanager
-def broken_champion(reg, good: str):
+def broken_champion(reg, good: str, service: str):
     """@champion on a version trained on another encoder (hashing-999) for the duration, then back
-    on version `good`, so that no other test meets a broken alias."""
+    on version `good` and every replica healthy again, so that no other test meets a broken alias."""
     from jeirt_ray.model.space import Space
     broken = dataclasses.replace(Space.load(reg.download(f"models:/{NAME}/{good}")), encoder_id="hashing-999")
     reg.promote(NAME, reg.register(broken, NAME), "champion")
@@ -237,6 +235,8 @@ def broken_champion(reg, good: str):
         yield
     finally:
         reg.promote(NAME, int(good), "champion")
+        assert _wait_for(lambda: all(httpx.get(f"{service}/health", timeout=30).json()["status"] == "ok"
+                                     for _ in range(6)), timeout=90)
 
 
 def test_concurrent_onboardings_keep_each_others_models(service, registry):
@@ -316,7 +316,7 @@ def test_killing_a_replica_under_load_fails_at_most_the_requests_in_flight(servi
     reg = registry[0]
     good = _models(service)["data"][0]["registry_version"]
     concurrency = 4
-    with broken_champion(reg, good):
+    with broken_champion(reg, good, service):
         (requests, failed), recovery_s = _under_load(service, kill_and_wait, concurrency)
     print(f"kill one {deployment} replica: {requests} requests, {failed} failed, back to 2 replicas in "
           f"{recovery_s:.1f} s")
