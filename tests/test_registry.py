@@ -49,15 +49,16 @@ def test_register_promote_load_roundtrip(registry, spaces):
     assert rows[0]["aliases"] == ["candidate", "champion"] and rows[1]["tags"]["metric.test_accuracy"] == "0.7"
 
 
-def test_bad_uris_fail_loudly(registry):
+def test_bad_uris_fail_loudly(registry, spaces):
+    registry.register(spaces[1][0], "bad-uri-space")  # its own model: no other test's state needed
     with pytest.raises(ValueError, match="not a registry URI"):
         registry.load("runs:/abc")
     with pytest.raises(LookupError, match="no registered space named 'nope' .*jeirt train --data DIR --register nope"):
         registry.load("models:/nope@champion")
-    with pytest.raises(LookupError, match="models:/demo-space@staging does not resolve .*registry promote demo-space"):
-        registry.load("models:/demo-space@staging")
-    with pytest.raises(LookupError, match="models:/demo-space/99 does not resolve"):
-        registry.promote("demo-space", 99)
+    with pytest.raises(LookupError, match="models:/bad-uri-space@staging does not resolve .*registry promote bad-uri"):
+        registry.load("models:/bad-uri-space@staging")
+    with pytest.raises(LookupError, match="models:/bad-uri-space/99 does not resolve"):
+        registry.promote("bad-uri-space", 99)
 
 
 KILLED_REGISTER = """
