@@ -163,8 +163,9 @@ def check_serve_config(raw: dict) -> list[str]:
     from pydantic import ValidationError
     from ray.serve.config import AutoscalingConfig
     from ray.serve.schema import ServeDeploySchema
+    from .serving.settings import check_application
     try:
-        ServeDeploySchema.model_validate(raw)
+        config = ServeDeploySchema.model_validate(raw)
         # typed Union[Dict, AutoscalingConfig] there, so any dict passes: check it as the config it is
         for app in raw.get("applications", []):
             for dep in app.get("deployments", []):
@@ -172,7 +173,14 @@ def check_serve_config(raw: dict) -> list[str]:
                     AutoscalingConfig.model_validate(dep["autoscaling_config"])
     except ValidationError as e:
         return [str(e)]
-    return _unknown_keys(raw, ServeDeploySchema, "")
+    errors = []
+    for app in config.applications:  # this project's args and user_config, typed (settings.py)
+        if app.import_path.startswith("jeirt_ray."):
+            try:
+                check_application(app)
+            except ValueError as e:
+                errors.append(str(e))
+    return errors + _unknown_keys(raw, ServeDeploySchema, "")
 
 
 # ---- versions ----------------------------------------------------------------------------------

@@ -72,6 +72,14 @@ def test_serve_config_unknown_keys_and_bad_values():
     raw = yaml.safe_load((ROOT / "deployments" / "production.yaml").read_text())
     raw["applications"][0]["deployments"][0]["autoscaling_config"]["min_replicas"] = -1
     assert check_serve_config(raw)
+    # this project's own args and user_config are typed: a typo is named (Serve would ignore it)
+    raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
+    raw["applications"][0]["deployments"][0]["user_config"]["upstream"] = {"x": "http://127.0.0.1:1/v1"}
+    raw["applications"][0]["args"]["encoder_thread"] = 2
+    assert check_serve_config(raw) == ["application 'jeirt' args.encoder_thread: Extra inputs are not permitted"]
+    del raw["applications"][0]["args"]["encoder_thread"]
+    assert check_serve_config(raw) == [
+        "application 'jeirt' deployment Router user_config.upstream: Extra inputs are not permitted"]
 
 
 def test_ray_versions_agree_and_a_mismatch_is_caught(tmp_path):
