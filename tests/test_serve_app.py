@@ -210,7 +210,8 @@ def test_onboard_promote_is_picked_up_live_and_a_bad_version_is_not(service, reg
     good = str(out["version"])
     # the router re-resolves the alias (refresh_s: 1 in this test) without a restart
     # every Router replica (two here) has it: a few answers in a row
-    assert _wait_for(lambda: all(_models(service)["data"][0]["registry_version"] == good for _ in range(4)))
+    assert _wait_for(lambda: all(_models(service)["data"][0]["registry_version"] == good for _ in range(4)),
+                     timeout=90)  # each replica downloads the new version from the registry
     assert "newcomer" in [m["id"] for m in _models(service)["data"]]
     routed = httpx.post(f"{service}/v1/route", json={"query": "q", "candidates": ["newcomer"]}, timeout=30)
     assert routed.status_code == 200 and routed.json()["results"][0]["chosen"] == "newcomer"
@@ -366,3 +367,20 @@ def test_schema_driven_fuzzer_finds_nothing(service, auth):
     print(auth, summary)
     assert out.returncode == 0, out.stdout[-6000:]
     assert summary and " passed" in summary[-1]
+
+
+def test_onboarding_builds_on_the_newest_version_this_service_can_serve(registry):
+    """A newer version trained on another encoder is passed over (its encoder would spread to the
+    onboarded version, which no router of this service could serve)."""
+    import asyncio
+
+    from jeirt_ray.serving.onboarding import OnboardingService
+    from jeirt_ray.serving.schemas import OnboardRequest
+    reg, space, prep = registry
+    broken = reg.register(dataclasses.replace(space, encoder_id="hashing-999"), NAME)
+    service = OnboardingService(NAME, "hashing-384", reg.tracking_uri)
+    request = OnboardRequest(model="side-llm", responses=[{"question_id": str(q), "label": float(i % 2)}
+                                                          for i, q in enumerate(prep.data.question_ids[:20])])
+    out = asyncio.run(service.onboard(request, None))
+    assert out["based_on_version"] < broken < out["version"]
+    assert reg.load(f"models:/{NAME}/{out['version']}").encoder_id == "hashing-384"

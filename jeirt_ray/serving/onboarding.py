@@ -1,7 +1,8 @@
 """Onboarding as a service, a plain class (the Onboarder deployment wraps it): fit a new LLM's
-vector on the LATEST registered version (not the alias), register the result as a new version
-and optionally move the alias. One request at a time, so concurrent onboardings each land in a
-version that keeps the others' models."""
+vector on the LATEST registered version that this service can serve (not the alias; a version
+trained on another encoder is passed over, so it never spreads), register the result as a new
+version and optionally move the alias. One request at a time, so concurrent onboardings each
+land in a version that keeps the others' models."""
 
 from __future__ import annotations
 
@@ -26,7 +27,11 @@ class OnboardingService:
         from ..model.onboarding import onboard
         req = request
         async with self.lock:
-            latest = max(self.registry.versions(self.model), key=lambda v: v["version"])["version"]
+            servable = [v for v in self.registry.versions(self.model)  # newest first
+                        if v["tags"].get("encoder_id", self.encoder_id) == self.encoder_id]
+            if not servable:
+                raise Conflict(f"no version of {self.model} was trained on this service's encoder {self.encoder_id!r}")
+            latest = servable[0]["version"]
             space = self.registry.load(f"models:/{self.model}/{latest}")
             if space.question_embeddings is None:
                 raise Conflict(f"version {latest} of {self.model} stores no question embeddings; onboard "
