@@ -61,7 +61,8 @@ def _search_summary(res: dict) -> dict:
     """What a searched space or method records of its search (members best first)."""
     ranked = rank_trials(res["trials"], res["settings"]["criterion"])
     return {"search": {"settings": res["settings"], "seconds": res["seconds"], "mlflow_run_id": res["mlflow_run_id"],
-                       "completed": len(ranked)},
+                       "completed": len(ranked), "trials": len(res["trials"]),
+                       "failed": sum(1 for t in res["trials"] if t.get("error"))},
             "members": [{"best_val_loss": t["best"]["val_loss"], **t["best"], "epochs": t["epochs"],
                          "config": c.model_dump()} for c, t in zip(res["configs"], ranked)]}
 

@@ -170,7 +170,9 @@ def run_search(prep, kind: str, settings: SearchSettings, *, storage: str | Path
                                     max_concurrent_trials=concurrent,
                                     search_alg=BasicVariantGenerator(random_state=settings.seed),
                                     reuse_actors=workers is None),
+        # a trial whose node is lost (or whose worker dies) runs again, up to twice
         run_config=tune.RunConfig(name="search", storage_path=str(storage), verbose=0, progress_reporter=None,
+                                  failure_config=tune.FailureConfig(max_failures=2),
                                   callbacks=[trial_bar(trials, f"searching {kind}", progress)]))
     start = time.perf_counter()
     grid = tuner.fit()
