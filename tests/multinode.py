@@ -17,14 +17,9 @@ from pathlib import Path
 
 import psutil
 
+from .conftest import free_port as _free_port
+
 JEIRT = str(Path(sys.executable).with_name("jeirt"))
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Nodes:
@@ -54,9 +49,6 @@ class Nodes:
     def remove(self, node) -> None:
         """The node's raylet, object store and workers killed, as when a machine is lost."""
         self.cluster.remove_node(node, allow_graceful=False)
-
-    def node_id(self, node) -> str:
-        return node.node_id
 
     def env(self, **extra) -> dict:
         """The environment of a command that joins this cluster."""
