@@ -3,14 +3,18 @@
 Each test prints its figures (`pytest -m cluster -s` shows them; docs/results/cluster.md)."""
 
 import json
+import shutil
+import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
-from .conftest import local_serve_config, registry_env
+from .conftest import free_port, local_serve_config, registry_env
 from .multinode import nodes, output_of
 
 ray = pytest.importorskip("ray")
@@ -240,7 +244,7 @@ def test_serve_keeps_answering_when_a_node_is_lost(home):
     second replica starts on it; /health stays ok."""
     _register_space("cluster-serve")
     config = local_serve_config(home / "serve.yaml", _spread_routers(2), model="cluster-serve", encoder="hashing")
-    url = f"http://127.0.0.1:{__import__('yaml').safe_load(config.read_text())['http_options']['port']}"
+    url = f"http://127.0.0.1:{yaml.safe_load(config.read_text())['http_options']['port']}"
     with nodes(head_cpus=1, workers=1) as c:
         proc = c.jeirt("serve", config)
         try:
@@ -270,3 +274,173 @@ def test_serve_keeps_answering_when_a_node_is_lost(home):
           f"joined ({joined - removed:.0f} s after the loss)")
     assert load.ok > before > 0
     assert len(load.failed) <= 4, load.failed
+
+
+@pytest.fixture
+def redis_address(tmp_path):
+    """A Redis server on loopback for the GCS's tables (Debian's redis-server), stopped after."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server not found: GCS fault tolerance needs an external Redis "
+                    "(apt-get install redis-server; .ci/run installs it)")
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        _wait(lambda: server.poll() is not None or _listening(port), 20, "redis-server")
+        assert server.poll() is None, "redis-server exited at start"
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_serve_answers_while_the_gcs_restarts(home, redis_address):
+    """GCS fault tolerance (KubeRay's gcsFaultToleranceOptions): the head's GCS keeps its tables in
+    an external Redis; killed under load from 4 clients and started again 10 s later, the service
+    answers /v1/route throughout, and afterwards the same Serve app, replicas and named actors
+    are there and the cluster schedules new work."""
+    _register_space("cluster-gcs")
+    config = local_serve_config(home / "serve.yaml", _spread_routers(2), model="cluster-gcs", encoder="hashing")
+    url = f"http://127.0.0.1:{yaml.safe_load(config.read_text())['http_options']['port']}"
+    with nodes(head_cpus=1, workers=1, env={"RAY_REDIS_ADDRESS": redis_address}) as c:
+        proc = c.jeirt("serve", config)
+        try:
+            _wait(lambda: proc.poll() is not None or _healthy(url), 240, "the service")
+            assert proc.poll() is None, output_of(proc)[-2000:]
+            ray.init(address=c.address, log_to_driver=False)
+            from ray import serve
+            _wait(lambda: len(_routers()) == 2, 120, "2 Router replicas")
+            routers = {a.actor_id for a in _routers()}
+            with Load(url) as load:
+                time.sleep(3)
+                before = load.ok
+                c.head.kill_gcs_server()
+                time.sleep(10)
+                during = load.ok - before
+                c.head.start_gcs_server()
+                restarted = time.time()
+                _wait(lambda: serve.status().applications["jeirt"].status == "RUNNING", 60, "the app RUNNING")
+                back_s = time.time() - restarted
+                time.sleep(3)
+            assert {a.actor_id for a in _routers()} == routers  # the same replicas, not new ones
+            assert ray.get(ray.remote(lambda: 42).options(num_cpus=0.1).remote(), timeout=60) == 42
+            answer = httpx.post(f"{url}/v1/route", json={"query": "what is 2 + 2?"}, timeout=30).json()
+            assert answer["space"] == "cluster-gcs/1" and _healthy(url)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    total = load.ok + len(load.failed)
+    print(f"\n[gcs] GCS down 10 s under 4 clients: {total} requests, {len(load.failed)} failed "
+          f"{load.failed}; {during} answered while it was down; app RUNNING {back_s:.1f} s after the "
+          f"restart, the same {len(routers)} Router replicas")
+    assert during > 0 and not load.failed
+
+
+AUTOSCALED_CPU_NODES = {"cpu": {"resources": {"CPU": 1}, "max_workers": 2}}
+
+
+def _alive_nodes() -> list:
+    return [n for n in ray.nodes() if n["Alive"]]
+
+
+class NodeCount:
+    """Samples the alive nodes every 0.2 s: the peak and when it first rose."""
+
+    def __init__(self):
+        self.stop, self.peak, self.first_added = threading.Event(), 1, None
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self):
+        while not self.stop.is_set():
+            n = len(_alive_nodes())
+            self.peak = max(self.peak, n)
+            if n > 1 and self.first_added is None:
+                self.first_added = time.time()
+            time.sleep(0.2)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+def test_serve_load_makes_the_autoscaler_add_a_node_and_idle_removes_it(home):
+    """Ray's autoscaler (fake multi-node provider): the head's 1 CPU holds one Router and the
+    Onboarder; load from 4 clients makes Serve ask for a second Router, the autoscaler launches a
+    worker node and the replica starts there; when the load stops the replica goes and the idle
+    node is removed. No request fails."""
+    def autoscaled(app):
+        for d in app["deployments"]:
+            if d["name"] == "Router":
+                d.pop("num_replicas", None)
+                d["autoscaling_config"] = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1,
+                                           "upscale_delay_s": 1, "downscale_delay_s": 5,
+                                           "metrics_interval_s": 0.5, "look_back_period_s": 2}
+            d["ray_actor_options"]["num_cpus"] = 0.5
+    _register_space("cluster-autoscale")
+    config = local_serve_config(home / "serve.yaml", autoscaled, model="cluster-autoscale", encoder="hashing")
+    url = f"http://127.0.0.1:{yaml.safe_load(config.read_text())['http_options']['port']}"
+    with nodes(head_cpus=1, workers=0, autoscale=AUTOSCALED_CPU_NODES) as c:
+        proc = c.jeirt("serve", config)
+        try:
+            _wait(lambda: proc.poll() is not None or _healthy(url), 240, "the service")
+            assert proc.poll() is None, output_of(proc)[-2000:]
+            ray.init(address=c.address, log_to_driver=False)
+            head = ray.get_runtime_context().get_node_id()
+            assert len(_alive_nodes()) == 1 and len(_routers()) == 1
+            with Load(url) as load:
+                start = time.time()
+                _wait(lambda: len(_alive_nodes()) == 2, 120, "the autoscaler's node")
+                node_s = time.time() - start
+                _wait(lambda: len(_routers()) == 2, 120, "the second Router replica")
+                replica_s = time.time() - start
+                assert {a.node_id for a in _routers()} - {head}, "the second replica is not on the new node"
+                time.sleep(3)
+            stopped = time.time()
+            _wait(lambda: len(_routers()) == 1, 120, "the Routers back to 1")
+            down_s = time.time() - stopped
+            _wait(lambda: len(_alive_nodes()) == 1, 120, "the idle node removed")
+            removed_s = time.time() - stopped
+            assert _healthy(url)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    total = load.ok + len(load.failed)
+    print(f"\n[autoscale serve] load on: node up {node_s:.1f} s, second Router running {replica_s:.1f} s; load off: "
+          f"back to 1 Router {down_s:.1f} s, idle node removed {removed_s:.1f} s "
+          f"(idle timeout {60 * 0.1:.0f} s); {len(load.failed)} of {total} requests failed")
+    assert not load.failed, load.failed
+
+
+def test_search_wider_than_the_head_makes_the_autoscaler_add_nodes(dataset, home, tmp_path):
+    """`jeirt tune` with 3 trials at once, each a Ray Train run whose worker takes 1 CPU, on a head
+    of 1 CPU: the autoscaler launches worker nodes for the waiting trials (at most 2), every trial
+    finishes, and the idle nodes are removed afterwards."""
+    sweep = tmp_path / "wide.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "name": "wide", "data": str(dataset), "encoder": "hashing", "workers": 1, "max_concurrent": 3,
+        "base": {"kind": "jeirt", "max_epochs": 4, "patience": 100}, "search": {"dim": {"grid": [8, 16, 32]}},
+        "scheduler": {"type": "fifo"}}))
+    with nodes(head_cpus=1, workers=0, autoscale=AUTOSCALED_CPU_NODES) as c:
+        ray.init(address=c.address, log_to_driver=False)
+        with NodeCount() as count:
+            start = time.time()
+            _finish(c.jeirt("tune", sweep, "--out", tmp_path / "out"), 400)
+            search_s = time.time() - start
+            ended = time.time()
+            _wait(lambda: len(_alive_nodes()) == 1, 120, "the idle nodes removed")
+            removed_s = time.time() - ended
+    summary = json.loads((tmp_path / "out" / "wide.json").read_text())
+    done = sum(t["completed"] for t in summary["trials"])
+    print(f"\n[autoscale tune] 3 trials at once on a 1-CPU head: first node added {count.first_added - start:.1f} s "
+          f"after the start, peak {count.peak} nodes, {done} of 3 trials completed in {search_s:.1f} s; idle "
+          f"nodes removed {removed_s:.1f} s after the search")
+    assert count.peak == 3 and done == 3
