@@ -1,15 +1,20 @@
-"""Scale: training memory and epoch time as LLMs and questions grow, and routing latency at
-100 / 1,000 / 10,000 LLMs.
+"""Scale: training memory and epoch time as LLMs and questions grow, routing latency at
+100 / 1,000 / 10,000 LLMs, and a measured model of memory, epoch time and object-store traffic
+that predicts a larger size on a cluster.
 
-    python benchmarks/scale.py --out results/scale.json [--sizes 1250x25000 2500x50000 5000x100000]
+    python benchmarks/scale.py --out results/scale.json [--sizes ...] [--ray-sizes ...] [--predict 100000x1000000]
 
 Data: jeirt_ray.data.synthetic.sparse_scale (SYNTHETIC): benchmarks of 2,000 questions, each LLM
-evaluated on 3 of them, so observed pairs grow 2x per size step while LLMs x questions grows 4x. Every size is
-trained for --epochs epochs in a fresh process (its peak RSS is the memory figure); the largest
-also on Ray Train with 2 workers (peak = the summed PSS of the process and the local Ray cluster
-it starts, sampled; PSS splits shared pages such as the object store between the processes). Epoch time is the median of the epochs after the first. A linear fit of epoch time on
-observed pairs (and on LLMs x questions, for contrast) says which one the cost follows.
-Targets: peak memory under 8 GB; matrix-vector part of routing under 1 ms at 10,000 LLMs.
+evaluated on 3 of them, so observed pairs grow 2x per size step while LLMs x questions grows 4x.
+Every --sizes size is trained for --epochs epochs in a fresh process (its peak RSS is the memory
+figure); every --ray-sizes size on Ray Train with 2 workers in a fresh process (peak = the summed
+PSS of the process and the local Ray cluster it starts, sampled; PSS splits shared pages such as
+the object store between the processes; each role's private memory, USS, at that peak). Epoch
+time is the median of the epochs after the first. A linear fit of epoch time on observed pairs
+(and on LLMs x questions, for contrast) says which one the cost follows. The scaling model:
+lines through the first two Ray sizes, checked at the others, then used for --predict.
+Targets: peak memory under 8 GB at 5,000 x 100,000; matrix-vector part of routing under 1 ms at
+10,000 LLMs.
 """
 
 from __future__ import annotations
@@ -75,32 +80,58 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
-def _tree_pss_gb() -> float:
-    """Memory of this process and every process under it (the local Ray cluster it started), as
-    PSS (proportional set size): pages shared between processes (Ray's object store, mapped by
-    every worker) are divided among them instead of counted once per process as RSS would."""
-    total = 0
+def _role(pid: int) -> str:
+    """What a process of the local cluster is, from its command line."""
+    if pid == os.getpid():
+        return "driver"
+    try:
+        cmd = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+    except OSError:
+        return "gone"
+    for key, role in (("RayTrainWorker", "train workers"), ("TrainController", "train controller"),
+                      ("raylet", "raylet"), ("gcs_server", "gcs"), ("dashboard", "dashboard"),
+                      ("default_worker", "idle ray workers")):
+        if key in cmd:
+            return role
+    return "other ray processes"
+
+
+def _tree_memory_gb() -> tuple[float, dict[str, float]]:
+    """Memory of this process and every process under it (the local Ray cluster it started):
+    the PSS total (proportional set size: pages shared between processes, such as Ray's object
+    store mapped by every worker, divided among them instead of counted once per process as RSS
+    would) and each role's USS (its private pages: what it holds beyond the shared arrays)."""
+    pss, uss = 0.0, {}
     for pid in _descendants(os.getpid()):
         try:
-            for line in open(f"/proc/{pid}/smaps_rollup"):
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-        except OSError:
+            fields = {k: int(v.split()[0]) for k, v in
+                      (line.split(":", 1) for line in open(f"/proc/{pid}/smaps_rollup") if ":" in line)
+                      if k in ("Pss", "Private_Clean", "Private_Dirty")}
+        except (OSError, ValueError):
             continue
-    return total / 2**20
+        pss += fields.get("Pss", 0) / 2**20
+        role = _role(pid)
+        uss[role] = uss.get(role, 0.0) + (fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)) / 2**20
+    return pss, uss
 
 
 def ray_two_workers(n_models, n_questions, epochs):
+    """Runs in a fresh process: Ray Train with 2 workers on a local cluster of 2 CPUs; the peak
+    PSS of every process, each role's USS at that peak, and the bytes of the data that the
+    object store holds once (ray_fit puts it there for every worker to map)."""
     import ray
 
     from jeirt_ray.distributed.train import ray_fit
     X, train, val = _data(n_models, n_questions)
+    data_bytes = X.nbytes + sum(t.numpy().nbytes for p in (train, val) for t in (p.q, p.m, p.y))
     ray.init(address="local", num_cpus=2, log_to_driver=False)
-    peak, stop = [0.0], threading.Event()
+    peak, stop = [(0.0, {})], threading.Event()
 
     def sample():
         while not stop.is_set():
-            peak[0] = max(peak[0], _tree_pss_gb())
+            now = _tree_memory_gb()
+            if now[0] > peak[0][0]:
+                peak[0] = now
             time.sleep(0.5)
     threading.Thread(target=sample, daemon=True).start()
     with tempfile.TemporaryDirectory() as storage:
@@ -110,8 +141,56 @@ def ray_two_workers(n_models, n_questions, epochs):
     ray.shutdown()
     secs = np.diff([0.0] + [h["seconds"] for h in r.history])
     return {"llms": n_models, "questions": n_questions, "pairs": len(train), "workers": 2,
-            "epoch_seconds": [float(s) for s in secs], "epoch_seconds_steady": float(np.median(secs[1:])),
-            "peak_pss_gb_all_ray_processes": peak[0], "val_loss": r.best_val_loss}
+            "data_gb": data_bytes / 2**30, "x_gb": X.nbytes / 2**30, "epoch_seconds": [float(s) for s in secs],
+            "epoch_seconds_steady": float(np.median(secs[1:])), "peak_pss_gb_all_ray_processes": peak[0][0],
+            "uss_gb_at_peak": {k: round(v, 3) for k, v in sorted(peak[0][1].items())}, "val_loss": r.best_val_loss}
+
+
+def scaling_model(rows: list[dict], fit_on: int, target: tuple[int, int]) -> dict:
+    """Lines through the first `fit_on` Ray runs (memory and epoch time against observed pairs),
+    checked at the other runs, then used for `target` (LLMs, questions) with the generator's
+    sparsity (each LLM on 3 benchmarks of 2,000 questions). On a cluster of one worker per node,
+    a worker node holds the data once in its object store plus one worker's private memory."""
+    base, checks = rows[:fit_on], rows[fit_on:]
+    pairs = [r["pairs"] for r in base]
+
+    def line(values):
+        return _fit(pairs, values)
+
+    def at(f, n):
+        return f["slope"] * n + f["intercept"]
+
+    worker = line([r["uss_gb_at_peak"].get("train workers", 0) / r["workers"] for r in base])
+    total = line([r["peak_pss_gb_all_ray_processes"] for r in base])
+    epoch = line([r["epoch_seconds_steady"] for r in base])
+    # bytes of the object-store copy: the pairs' arrays per pair, the question vectors per question
+    data_per_pair = float(np.mean([(r["data_gb"] - r["x_gb"]) / r["pairs"] for r in base]))
+    x_per_question = float(np.mean([r["x_gb"] / r["questions"] for r in base]))
+    checked = [{"llms": r["llms"], "questions": r["questions"], "pairs": r["pairs"],
+                "peak_pss_gb": {"predicted": at(total, r["pairs"]), "measured": r["peak_pss_gb_all_ray_processes"]},
+                "worker_uss_gb": {"predicted": at(worker, r["pairs"]),
+                                  "measured": r["uss_gb_at_peak"].get("train workers", 0) / r["workers"]},
+                "epoch_seconds": {"predicted": at(epoch, r["pairs"]), "measured": r["epoch_seconds_steady"]}}
+               for r in checks]
+    for c in checked:
+        for v in c.values():
+            if isinstance(v, dict):
+                v["error"] = v["predicted"] / v["measured"] - 1 if v["measured"] else None
+    n_llms, n_questions = target
+    n_pairs = n_llms * 3 * 2000
+    data_gb = data_per_pair * n_pairs + x_per_question * n_questions
+    return {"fitted_on": [(r["llms"], r["questions"]) for r in base], "lines": {
+                "worker_uss_gb_vs_pairs": worker, "peak_pss_gb_vs_pairs_2_workers_1_node": total,
+                "epoch_seconds_vs_pairs_2_workers": epoch, "data_gb_per_pair": data_per_pair,
+                "data_gb_per_question": x_per_question},
+            "checks": checked,
+            "target": {"llms": n_llms, "questions": n_questions, "pairs": n_pairs, "data_gb": data_gb,
+                       "worker_private_gb": at(worker, n_pairs),
+                       "worker_node_gb": data_gb + at(worker, n_pairs),
+                       "object_store_traffic_gb_per_run": {"per_node": data_gb},
+                       "epoch_seconds_2_workers": at(epoch, n_pairs),
+                       # DDP's speed-up beyond 2 workers is not measured here: linear is the best case
+                       "epoch_seconds_if_linear_in_workers": {w: at(epoch, n_pairs) * 2 / w for w in (8, 32, 128)}}}
 
 
 def routing_latency(n_llms: int, reps: int = 2000) -> dict:
@@ -154,9 +233,15 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--sizes", nargs="+", default=["1250x25000", "2500x50000", "5000x100000"])
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--ray-sizes", nargs="+", default=["625x12500", "1250x25000", "2500x50000", "5000x100000"],
+                    help="sizes of the Ray Train runs; the model is fitted on the first two, checked on the rest")
+    ap.add_argument("--predict", default="100000x1000000", help="LLMs x questions the model predicts")
     ap.add_argument("--parts", nargs="+", default=["routing", "single", "ray"], choices=["routing", "single", "ray"])
     args = ap.parse_args()
-    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes]
+
+    def size(text):
+        return tuple(int(v) for v in text.split("x"))
+    sizes, ray_sizes = [size(s) for s in args.sizes], [size(s) for s in args.ray_sizes]
 
     routing = [routing_latency(n) for n in (100, 1000, 10000)] if "routing" in args.parts else []
     for r in routing:
@@ -167,13 +252,17 @@ def main():
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
             single.append(pool.submit(single_process, n_models, n_questions, args.epochs).result())
         print(single[-1], flush=True)
-    ray_row = None
-    if "ray" in args.parts:
+    ray_rows = []
+    for n_models, n_questions in (ray_sizes if "ray" in args.parts else []):
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
-            ray_row = pool.submit(ray_two_workers, *sizes[-1], args.epochs).result()
-        print(ray_row, flush=True)
+            ray_rows.append(pool.submit(ray_two_workers, n_models, n_questions, args.epochs).result())
+        print(ray_rows[-1], flush=True)
+    ray_row = ray_rows[-1] if ray_rows else None
     out = {"data": "SYNTHETIC sparse_scale (benchmarks of 2,000 questions, 3 per LLM)", "dim": DIM,
-           "parts": args.parts, "single_process": single, "ray_train_2_workers": ray_row, "routing": routing}
+           "parts": args.parts, "single_process": single, "ray_train_2_workers": ray_row,
+           "ray_train_2_workers_by_size": ray_rows, "routing": routing}
+    if len(ray_rows) >= 3:
+        out["scaling_model"] = scaling_model(ray_rows, 2, size(args.predict))
     if len(single) >= 2:
         pairs = [r["pairs"] for r in single]
         times = [r["epoch_seconds_steady"] for r in single]

@@ -6,8 +6,9 @@ against the KubeRay CRDs' OpenAPI schemas, made strict the same way (an unknown 
 error; a required field that has a default may be omitted, as the API server fills it in);
 every Serve config against Ray's own ServeDeploySchema plus a check for unknown keys (which
 that schema silently ignores); the Ray versions of pyproject.toml, the image and every
-manifest must agree; and every pod runs hardened (`check_hardening`). `jeirt k8s-check` runs
-them all.
+manifest must agree; every pod runs hardened (`check_hardening`); and every RayService keeps
+GCS fault tolerance, the autoscaler and its replicas spread over nodes (`check_service_resilience`).
+`jeirt k8s-check` runs them all.
 """
 
 from __future__ import annotations
@@ -128,6 +129,47 @@ def check_hardening(doc: dict) -> list[str]:
     return errors
 
 
+def check_service_resilience(doc: dict) -> list[str]:
+    """What the cluster tests showed, kept in every RayService: the GCS's tables in Redis (the
+    service answers while the head restarts), the in-tree autoscaler with an idle timeout and
+    worker groups that can grow, and every Serve deployment of two or more replicas spread over
+    nodes (`max_replicas_per_node`), with room for its largest count on the worker groups."""
+    if doc.get("kind") != "RayService":
+        return []
+    at, cluster = "spec.rayClusterConfig", doc.get("spec", {}).get("rayClusterConfig", {})
+    errors = []
+    ft = cluster.get("gcsFaultToleranceOptions") or {}
+    if not (ft.get("redisAddress") or ft.get("backend") == "rocksdb"):
+        errors.append(f"{at}.gcsFaultToleranceOptions.redisAddress: missing (without it a head restart loses "
+                      f"every Serve application; see k8s/redis.yaml)")
+    if cluster.get("enableInTreeAutoscaling") is not True:
+        errors.append(f"{at}.enableInTreeAutoscaling: must be true (Serve's replica autoscaling needs nodes)")
+    if (cluster.get("autoscalerOptions") or {}).get("idleTimeoutSeconds") is None:
+        errors.append(f"{at}.autoscalerOptions.idleTimeoutSeconds: missing (when idle nodes are removed)")
+    room = 0
+    for i, group in enumerate(cluster.get("workerGroupSpecs", [])):
+        low, high = group.get("minReplicas"), group.get("maxReplicas")
+        if low is None or high is None or high <= low:
+            errors.append(f"{at}.workerGroupSpecs[{i}]({group.get('groupName')}): minReplicas < maxReplicas "
+                          f"needed for the autoscaler (got {low}, {high})")
+        room += high or 0
+    serve = yaml.safe_load(doc.get("spec", {}).get("serveConfigV2") or "{}") or {}
+    for app in serve.get("applications", []):
+        for dep in app.get("deployments", []):
+            auto = dep.get("autoscaling_config") or {}
+            low = auto.get("min_replicas", dep.get("num_replicas", 1))
+            high = auto.get("max_replicas", dep.get("num_replicas", 1))
+            where = f"serveConfigV2 {app.get('name')}/{dep.get('name')}"
+            per_node = dep.get("max_replicas_per_node")
+            if isinstance(low, int) and low >= 2 and per_node is None:
+                errors.append(f"{where}: {low} replicas or more but no max_replicas_per_node "
+                              f"(they may share one node and fail together)")
+            if per_node and isinstance(high, int) and high > per_node * room:
+                errors.append(f"{where}: max {high} replicas, {per_node} per node, but the worker groups "
+                              f"reach {room} nodes")
+    return errors
+
+
 # ---- Serve configs ----------------------------------------------------------------------------
 def _model_in(annotation):
     """The pydantic model class inside an annotation like Optional[X], List[X], Union[dict, X]."""
@@ -207,7 +249,7 @@ def check_all(root: Path, crd_dir: Path) -> dict[str, list[str]]:
     for path in sorted((root / "k8s").glob("*.yaml")):
         for i, doc in enumerate(load_docs(path)):
             report[f"k8s/{path.name}#{i}:{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"] = \
-                validate_doc(doc, crds) + check_hardening(doc)
+                validate_doc(doc, crds) + check_hardening(doc) + check_service_resilience(doc)
     for path in sorted((root / "deployments").glob("*.yaml")):
         report[f"deployments/{path.name}"] = check_serve_config(yaml.safe_load(path.read_text()))
     versions = ray_versions(root)

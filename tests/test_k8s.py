@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jeirt_ray.manifests import (check_all, check_hardening, check_serve_config, crd_schemas, load_docs,
-                                 pod_specs, ray_versions, validate_doc)
+from jeirt_ray.manifests import (check_all, check_hardening, check_serve_config, check_service_resilience,
+                                 crd_schemas, load_docs, pod_specs, ray_versions, validate_doc)
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = Path(os.environ.get("JEIRT_KUBERAY_CRDS", ROOT / ".." / "shared" / "kuberay-crds"))
@@ -112,3 +112,42 @@ def test_every_pod_is_hardened_and_a_regression_is_caught():
     errors = check_hardening(doc)
     assert any("readOnlyRootFilesystem" in e for e in errors) and any("runAsNonRoot" in e for e in errors)
     assert any("emptyDir mounted at /tmp" in e for e in errors)
+
+
+def test_the_service_keeps_what_the_cluster_tests_showed():
+    """GCS fault tolerance on the Redis of k8s/redis.yaml, the autoscaler, Routers spread over nodes."""
+    doc = _doc("ray-service.router.yaml")
+    assert check_service_resilience(doc) == []
+    cluster = doc["spec"]["rayClusterConfig"]
+    host = cluster["gcsFaultToleranceOptions"]["redisAddress"].split(":")[0]
+    redis = {(d["kind"], d["metadata"]["name"]) for d in load_docs(ROOT / "k8s" / "redis.yaml")}
+    assert host == "redis.jeirt.svc.cluster.local" and {("Service", "redis"), ("StatefulSet", "redis")} <= redis
+    secret = cluster["gcsFaultToleranceOptions"]["redisPassword"]["valueFrom"]["secretKeyRef"]
+    assert secret == {"name": "jeirt-redis", "key": "password"}
+    assert "jeirt-redis" in (ROOT / "k8s" / "README.md").read_text()
+
+    def broken(edit):
+        bad = copy.deepcopy(doc)
+        edit(bad["spec"]["rayClusterConfig"], bad)
+        return check_service_resilience(bad)
+
+    assert any("gcsFaultToleranceOptions.redisAddress: missing" in e
+               for e in broken(lambda c, d: c.pop("gcsFaultToleranceOptions")))
+    assert any("enableInTreeAutoscaling: must be true" in e
+               for e in broken(lambda c, d: c.update(enableInTreeAutoscaling=False)))
+    assert any("idleTimeoutSeconds: missing" in e for e in broken(lambda c, d: c["autoscalerOptions"].clear()))
+    assert any("workerGroupSpecs[0](cpu): minReplicas < maxReplicas" in e
+               for e in broken(lambda c, d: c["workerGroupSpecs"][0].update(maxReplicas=2)))
+
+    def serve_edit(fn):
+        def edit(cluster, bad):
+            serve = yaml.safe_load(bad["spec"]["serveConfigV2"])
+            fn({d["name"]: d for d in serve["applications"][0]["deployments"]})
+            bad["spec"]["serveConfigV2"] = yaml.safe_dump(serve)
+        return edit
+
+    assert broken(serve_edit(lambda d: d["Router"].pop("max_replicas_per_node"))) == [
+        "serveConfigV2 jeirt/Router: 2 replicas or more but no max_replicas_per_node "
+        "(they may share one node and fail together)"]
+    assert broken(serve_edit(lambda d: d["Router"]["autoscaling_config"].update(max_replicas=99))) == [
+        "serveConfigV2 jeirt/Router: max 99 replicas, 1 per node, but the worker groups reach 24 nodes"]

@@ -48,6 +48,7 @@ def _log_to_mlflow(mlflow_cfg: dict | None, row: dict, prefix: str) -> None:
 
 def train_loop(cfg: dict) -> None:
     """The per-worker training function (Ray Train calls it on every worker)."""
+    import ray
     import ray.train
     import ray.train.torch
 
@@ -99,7 +100,8 @@ def train_loop(cfg: dict) -> None:
             save_state(snapshot(), d)
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
-    fit(cfg["X"], cfg["n_models"], Pairs.from_numpy(*cfg["train"]), Pairs.from_numpy(*cfg["val"]), config,
+    data = ray.get(cfg["data"]) if isinstance(cfg["data"], ray.ObjectRef) else cfg["data"]
+    fit(data["X"], cfg["n_models"], Pairs.from_numpy(*data["train"]), Pairs.from_numpy(*data["val"]), config,
         progress=cfg["progress"] and cfg["local_dir"] is not None,  # a bar only in local mode (a terminal)
         module=cfg["module"], on_epoch=on_epoch, resume=resume, rank=rank, world=world,
         wrap=ray.train.torch.prepare_model if world > 1 else None, device=device)
@@ -123,12 +125,17 @@ def ray_fit(X: np.ndarray | TokenStates, n_models: int, train: Pairs, val: Pairs
     storage = Path(storage).resolve()
     if workers == 0:
         logging.getLogger("ray.train").setLevel(logging.WARNING)  # no "Reported metrics" line per epoch
+    data = {"X": X if isinstance(X, TokenStates) else np.asarray(X, dtype=np.float32),
+            "train": (train.q.numpy(), train.m.numpy(), train.y.numpy()),
+            "val": (val.q.numpy(), val.m.numpy(), val.y.numpy())}
+    if workers > 0:
+        # one copy in the object store that every worker maps (a config holding the arrays would be
+        # serialised again for the controller and for each worker)
+        import ray
+        data = ray.put(data)
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config={"X": X if isinstance(X, TokenStates) else np.asarray(X, dtype=np.float32),
-                           "n_models": n_models, "module": module,
-                           "train": (train.q.numpy(), train.m.numpy(), train.y.numpy()),
-                           "val": (val.q.numpy(), val.m.numpy(), val.y.numpy()),
+        train_loop_config={"data": data, "n_models": n_models, "module": module,
                            "config": config.model_dump(), "use_gpu": use_gpu, "mlflow": mlflow,
                            "metric_prefix": metric_prefix, "progress": progress, "report_every_s": report_every_s,
                            "local_dir": str(storage / name / "local") if workers == 0 else None},
