@@ -355,11 +355,12 @@ def test_schema_driven_fuzzer_finds_nothing(service, auth):
     """Schemathesis, all of its checks, against the live service's own /openapi.json: every
     response (errors included) matches the declared schema, schema-valid requests are accepted,
     invalid ones refused with 4xx, no 5xx. With the token it onboards (registering versions): the
-    tests that look at versions compare with what the registry holds when they run."""
+    tests that look at versions compare with what the registry holds when they run. Without it
+    every onboarding is refused, the routes are the token run's: fewer examples."""
     import subprocess
     import sys
     cmd = [sys.executable, "-m", "schemathesis.cli", "run", f"{service}/openapi.json", "--checks", "all",
-           "--max-examples", "100", "--seed", "1", "--no-color"]
+           "--max-examples", "100" if auth == "token" else "40", "--seed", "1", "--no-color"]
     if auth == "token":
         cmd += ["-H", f"Authorization: Bearer {TOKEN}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
