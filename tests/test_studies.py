@@ -108,3 +108,8 @@ def test_onboarding_curve_approaches_joint_training(synthetic):
     assert mean["random"]["1"] >= mean["random"]["0.02"] - 0.01
     assert abs(mean["random"]["1"] - mean["joint_accuracy"]) < 0.03
     assert set(mean["adaptive"]) == {"0.02", "0.25"}
+    # budgets as response counts: one beyond an LLM's responses takes them all, without an adaptive row
+    counts = onboarding_curve(prep, joint, blind, held, np.random.default_rng(0), responses=(10, 10**6))
+    assert counts["responses"] == [10, 10**6] and set(counts["mean"]["random"]) == {"10", "1000000"}
+    assert set(counts["mean"]["adaptive"]) == {"10"}
+    assert counts["mean"]["random"]["1000000"] == pytest.approx(mean["random"]["1"], abs=0.01)

@@ -21,7 +21,8 @@ FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
 
 
 def adaptive_selection(space: Space, name: str, X: np.ndarray, q_of: np.ndarray, labels: np.ndarray,
-                       pool: np.ndarray, size: int, rng: np.random.Generator, rounds: int = 4) -> np.ndarray:
+                       pool: np.ndarray, size: int, rng: np.random.Generator, rounds: int = 4,
+                       prior: str = "population") -> np.ndarray:
     """Response indices chosen adaptively from `pool`: a random 1% (at least 5), then `rounds`
     batches of the not yet chosen questions with the highest expected information."""
     chosen = list(rng.choice(pool, size=min(size, max(5, len(pool) // 100)), replace=False))
@@ -32,15 +33,18 @@ def adaptive_selection(space: Space, name: str, X: np.ndarray, q_of: np.ndarray,
         rest = np.setdiff1d(pool, chosen)
         res = onboard(space, name, X[q_of[chosen]], labels[chosen], holdout=0,
                       candidates=X[q_of[rest]], candidate_ids=[str(i) for i in rest],
-                      suggest=int(np.ceil(need / (rounds - r))))
+                      suggest=int(np.ceil(need / (rounds - r))), prior=prior)
         chosen += [int(q["question_id"]) for q in res.report["next_questions"]]
     return np.array(chosen[:size])
 
 
 def onboarding_curve(prep: Prepared, joint: Space, blind: Space, heldout: list[str], rng: np.random.Generator,
-                     fractions=FRACTIONS, adaptive: bool = True) -> dict:
-    """Per held-out LLM and fraction: test accuracy after onboarding (random and adaptive
-    selection) and the joint space's accuracy on the same pairs; plus the means over LLMs."""
+                     fractions=FRACTIONS, adaptive: bool = True, responses: tuple[int, ...] | None = None,
+                     prior: str = "population") -> dict:
+    """Per held-out LLM and budget: test accuracy after onboarding (random and adaptive
+    selection) and the joint space's accuracy on the same pairs; plus the means over LLMs. The
+    budgets are `fractions` of each LLM's training responses, or with `responses` these counts
+    (at most all of them), keyed by the count. `prior`: onboarding's (model/onboarding.py)."""
     data = prep.data
     part = prep.split.question_part[data.q_idx]
     rows = []
@@ -57,24 +61,26 @@ def onboarding_curve(prep: Prepared, joint: Space, blind: Space, heldout: list[s
 
         row = {"model": name, "train_responses": int(len(pool)), "test_responses": int(te.sum()),
                "joint_accuracy": accuracy(joint), "random": {}, "adaptive": {}}
-        for f in fractions:
-            size = max(1, int(round(f * len(pool))))
+        budgets = [(f"{f:g}", max(1, int(round(f * len(pool))))) for f in fractions] if responses is None \
+            else [(str(n), min(n, len(pool))) for n in responses]
+        for key, size in budgets:
             pick = rng.choice(pool, size=size, replace=False)
-            row["random"][f"{f:g}"] = accuracy(onboard(blind, name, prep.X[data.q_idx[pick]], data.labels[pick],
-                                                       holdout=0).space)
-            if adaptive and f < 1:
-                chosen = adaptive_selection(blind, name, prep.X, data.q_idx, data.labels, pool, size, rng)
-                row["adaptive"][f"{f:g}"] = accuracy(onboard(blind, name, prep.X[data.q_idx[chosen]],
-                                                             data.labels[chosen], holdout=0).space)
+            row["random"][key] = accuracy(onboard(blind, name, prep.X[data.q_idx[pick]], data.labels[pick],
+                                                  holdout=0, prior=prior).space)
+            if adaptive and size < len(pool):
+                chosen = adaptive_selection(blind, name, prep.X, data.q_idx, data.labels, pool, size, rng, prior=prior)
+                row["adaptive"][key] = accuracy(onboard(blind, name, prep.X[data.q_idx[chosen]],
+                                                        data.labels[chosen], holdout=0, prior=prior).space)
         rows.append(row)
     if not rows:
         raise ValueError("no held-out LLM has both training and test responses")
     mean = {"joint_accuracy": float(np.mean([r["joint_accuracy"] for r in rows]))}
     for how in ("random", "adaptive"):
-        keys = rows[0][how].keys()
-        mean[how] = {k: float(np.mean([r[how][k] for r in rows])) for k in keys}
-    return {"heldout_models": [r["model"] for r in rows], "fractions": list(fractions), "per_model": rows,
-            "mean": mean}
+        keys = dict.fromkeys(k for r in rows for k in r[how])  # a budget beyond an LLM's responses has no adaptive row
+        mean[how] = {k: float(np.mean([r[how][k] for r in rows if k in r[how]])) for k in keys}
+    return {"heldout_models": [r["model"] for r in rows],
+            **({"fractions": list(fractions)} if responses is None else {"responses": list(responses)}),
+            "per_model": rows, "mean": mean}
 
 
 def plot_curve(result: dict, path, plt) -> None:

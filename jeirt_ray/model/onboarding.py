@@ -2,8 +2,9 @@
 
 With the question directions u = E_Q / ||E_Q|| and norms fixed, P(correct) = sigmoid(u . theta -
 ||E_Q||) is a logistic regression in theta with a fixed offset: convex, solved here exactly by
-Newton's method. The prior is Gaussian around the known LLMs (their mean vector, their average
-per-coordinate variance), which keeps a fit from a handful of answers sensible. The Laplace
+Newton's method. The prior is Gaussian around the known LLMs (their mean vector and covariance,
+`population_prior`), which keeps a fit from a handful of answers sensible and still lets a new
+LLM stronger than every known one move out along the direction in which the known ones differ. The Laplace
 posterior (the inverse Hessian at the optimum) says how uncertain each question's predicted
 logit is, so the questions with the largest expected information are the ones to evaluate next.
 """
@@ -26,26 +27,41 @@ class RowFit:
     iterations: int
 
 
-def fit_row(u: np.ndarray, norm: np.ndarray, y: np.ndarray, prior_mean: np.ndarray, prior_var: float,
+def fit_row(u: np.ndarray, norm: np.ndarray, y: np.ndarray, prior_mean: np.ndarray, prior_cov: float | np.ndarray,
             max_iter: int = 50, tol: float = 1e-8) -> RowFit:
-    """MAP vector of one LLM from its answers y in [0, 1] (soft labels work) to questions (u, norm)."""
+    """MAP vector of one LLM from its answers y in [0, 1] (soft labels work) to questions (u, norm),
+    under a Gaussian prior (`prior_cov`: a (d, d) covariance, or one variance for every coordinate)."""
     u = np.asarray(u, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     norm = np.asarray(norm, dtype=np.float64)
-    prec = 1.0 / prior_var
+    d = u.shape[1]
+    prec = np.linalg.inv(prior_cov) if np.ndim(prior_cov) == 2 else np.eye(d) / float(prior_cov)
     theta = np.asarray(prior_mean, dtype=np.float64).copy()
-    eye = np.eye(u.shape[1])
     for it in range(1, max_iter + 1):
         p = 1.0 / (1.0 + np.exp(-(u @ theta - norm)))
-        grad = u.T @ (p - y) + prec * (theta - prior_mean)
-        hess = (u * (p * (1 - p))[:, None]).T @ u + prec * eye
+        grad = u.T @ (p - y) + prec @ (theta - prior_mean)
+        hess = (u * (p * (1 - p))[:, None]).T @ u + prec
         step = np.linalg.solve(hess, grad)
         theta -= step
         if float(np.abs(step).max()) < tol:
             break
     p = 1.0 / (1.0 + np.exp(-(u @ theta - norm)))
-    hess = (u * (p * (1 - p))[:, None]).T @ u + prec * eye
+    hess = (u * (p * (1 - p))[:, None]).T @ u + prec
     return RowFit(theta, np.linalg.inv(hess), it)
+
+
+def population_prior(table: np.ndarray) -> tuple[np.ndarray, float | np.ndarray]:
+    """The known LLMs' mean vector and covariance: their sample covariance plus their average
+    per-coordinate variance on the diagonal. The sample covariance lets a new LLM move as far as
+    the known ones differ (most of all along the direction of overall strength, where a prior of
+    one variance per coordinate would pull a stronger-than-known LLM back toward the mean); the
+    diagonal keeps every other direction open and the matrix invertible."""
+    table = np.asarray(table, dtype=np.float64)
+    if len(table) < 2:
+        return table.mean(0), 1.0
+    centred = table - table.mean(0)
+    cov = centred.T @ centred / (len(table) - 1)
+    return table.mean(0), cov + np.eye(table.shape[1]) * float(np.trace(cov) / table.shape[1])
 
 
 def _directions(space: Space, x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -57,6 +73,16 @@ def _directions(space: Space, x: np.ndarray) -> list[tuple[np.ndarray, np.ndarra
     return out
 
 
+def isotropic_prior(table: np.ndarray) -> tuple[np.ndarray, float]:
+    """The known LLMs' mean vector and their average per-coordinate variance (the earlier prior,
+    kept as the baseline of benchmarks/onboarding.py --prior isotropic)."""
+    table = np.asarray(table, dtype=np.float64)
+    return table.mean(0), float(table.var(0).mean()) if len(table) > 1 else 1.0
+
+
+PRIORS = {"population": population_prior, "isotropic": isotropic_prior}
+
+
 @dataclass
 class Onboarded:
     space: Space  # the space with the LLM added (or updated)
@@ -65,15 +91,17 @@ class Onboarded:
 
 def onboard(space: Space, name: str, x: np.ndarray, labels: np.ndarray, *, holdout: float = 0.2,
             seed: int = 0, candidates: np.ndarray | None = None, candidate_ids: list[str] | None = None,
-            suggest: int = 10) -> Onboarded:
+            suggest: int = 10, prior: str = "population") -> Onboarded:
     """Fit LLM `name` from its labels on questions with encoder embeddings `x`.
 
     A seeded `holdout` share of the responses is held back to measure the fit (then the final
     vector is refitted on all of them). `candidates` (embeddings of questions the LLM has not
     answered, ids in `candidate_ids`) are ranked by expected information, the top `suggest`
-    returned."""
+    returned. `prior`: "population" (`population_prior`) or "isotropic" (`isotropic_prior`)."""
     import time
 
+    if prior not in PRIORS:
+        raise ValueError(f"unknown prior {prior!r}: one of {sorted(PRIORS)}")
     labels = np.asarray(labels, dtype=np.float64)
     if len(labels) == 0:
         raise ValueError("no responses to fit")
@@ -81,8 +109,7 @@ def onboard(space: Space, name: str, x: np.ndarray, labels: np.ndarray, *, holdo
     dirs = _directions(space, x)
     priors = []
     for i in range(len(space.members)):
-        table = space.model_vectors(i)[known].astype(np.float64)
-        priors.append((table.mean(0), float(table.var(0).mean()) if len(table) > 1 else 1.0))
+        priors.append(PRIORS[prior](space.model_vectors(i)[known]))
 
     report: dict = {"model": name, "responses": int(len(labels)), "members": len(space.members)}
     rng = np.random.default_rng(seed)
