@@ -154,6 +154,9 @@ def test_http_route_models_health_and_chat(service, registry):
     ("/v1/route", {"query": ""}, {}, 422, "query"),
     ("/v1/route", {"query": " \t\n"}, {}, 422, "pattern"),
     ("/v1/route", {"queries": ["q"] * 65}, {}, 422, "at most 64"),
+    ("/v1/route", {"query": "q", "top_k": True}, {}, 422, "top_k"),  # the schema's integer, not a boolean
+    ("/v1/route", {"query": "q", "margin": "0.1"}, {}, 422, "margin"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, {}, 422, "stream"),
     ("/v1/route", {"query": "q", "candidates": ["gpt-9"]}, {}, 404, "unknown candidate"),
     ("/v1/route", {"query": "q", "policy": "cost_weighted"}, {}, 409, "cost table"),
     ("/v1/chat/completions", {"messages": [{"role": "system", "content": "x"}]}, {}, 422, "no user message"),

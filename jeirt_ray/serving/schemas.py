@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, field_validator, model_validator
 
 from ..routing.router import PolicyName
 
@@ -24,6 +24,14 @@ BLANK = " \t\n\r\f\v"
 TEXT_PATTERN = r"[^ \t\n\r\f\v]"
 Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS, pattern=TEXT_PATTERN)]
 Policy = PolicyName
+
+
+def _a_number(value):
+    """pydantic's lax mode would take true for 1 and "5" for 5, which the schema refuses."""
+    if isinstance(value, (bool, str)):
+        raise ValueError("must be a JSON number")
+    return value
+
 
 
 def exactly_one_of(a: str, a_type: str, b: str, b_type: str) -> dict:
@@ -49,6 +57,8 @@ class RouteRequest(BaseModel):
     margin: float = Field(0.02, ge=0, le=1)
     budget: float | None = Field(None, ge=0, description="drop LLMs costing more per call")
     min_p: float | None = Field(None, ge=0, le=1, description="allow only LLMs whose p reaches this")
+
+    _numbers = field_validator("top_k", "cost_weight", "margin", "budget", "min_p", mode="before")(_a_number)
 
     @model_validator(mode="after")
     def one_of_query_queries(self):
@@ -115,13 +125,15 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = Field(None, description="ignored: the gateway chooses the LLM")
     messages: list[ChatMessage] = Field(min_length=1, json_schema_extra={"contains": USER_MESSAGE})
-    stream: bool | None = Field(None, description="stream the upstream's server-sent events as they come")
+    stream: StrictBool | None = Field(None, description="stream the upstream's server-sent events as they come")
     user: str | None = Field(None, max_length=256, description="OpenAI's end-user id; also the conversation key")
     policy: PolicyName | None = Field(None, description="the routing policy (default: the service's)")
     max_cost: float | None = Field(None, ge=0, description="allow only LLMs costing at most this per call")
     candidates: list[str] | None = Field(None, min_length=1, description="the LLMs allowed")
     min_p: float | None = Field(None, ge=0, le=1, description="allow only LLMs whose P(correct) reaches this")
-    sticky: bool | None = Field(None, description="false: route this turn afresh even with a conversation key")
+    sticky: StrictBool | None = Field(None, description="false: route this turn afresh even with a conversation key")
+
+    _numbers = field_validator("max_cost", "min_p", mode="before")(_a_number)
 
     @field_validator("messages")
     @classmethod
@@ -153,6 +165,8 @@ class Response(BaseModel):
     text: Query | None = None
     label: float = Field(ge=0, le=1)
 
+    _numbers = field_validator("label", mode="before")(_a_number)
+
     @model_validator(mode="after")
     def one_of_id_text(self):
         if (self.question_id is None) == (self.text is None):
@@ -164,9 +178,11 @@ class OnboardRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(min_length=1, max_length=200)
     responses: list[Response] = Field(min_length=1, max_length=MAX_RESPONSES)
-    promote: bool = False
+    promote: StrictBool = False
     holdout: float = Field(0.2, ge=0, lt=1)
     suggest: int = Field(10, ge=0, le=1000)
+
+    _numbers = field_validator("holdout", "suggest", mode="before")(_a_number)
 
 
 class OnboardResponse(BaseModel):
