@@ -8,6 +8,7 @@ import platform
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -38,3 +39,20 @@ def write_json(out: str, payload: dict, quiet: bool = False) -> None:
     Path(out).write_text(json.dumps(payload, indent=1))
     if not quiet:
         print(json.dumps(payload, indent=1))
+
+
+def paired_interval(per_seed: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_boot: int = 2000, seed: int = 0):
+    """Mean over seeds of the per-pair difference a - b (correct or not, a log-loss...), with a 95%
+    bootstrap interval that resamples test questions within each seed. Each item: (question of
+    each pair, a's value, b's value)."""
+    rng = np.random.default_rng(seed)
+    point, boots = [], []
+    for q, a, b in per_seed:
+        uq, inv = np.unique(q, return_inverse=True)
+        diff = np.bincount(inv, weights=a.astype(float) - b.astype(float))
+        count = np.bincount(inv).astype(float)
+        point.append(diff.sum() / count.sum())
+        w = rng.multinomial(len(uq), np.full(len(uq), 1 / len(uq)), size=n_boot)  # (n_boot, questions)
+        boots.append((w @ diff) / (w @ count))
+    boots = np.mean(boots, axis=0)
+    return float(np.mean(point)), [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import SHARED, parser, write_json
+from _common import SHARED, paired_interval, parser, write_json
 from jeirt_ray import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.distributed import init_ray
@@ -63,22 +63,6 @@ def rule_probs(trials: list[dict], criterion: str, members: int) -> np.ndarray:
 
 def metrics(p: np.ndarray, y: np.ndarray) -> dict:
     return {**binary_metrics(p, y), "brier": float(np.mean((p - y) ** 2))}
-
-
-def paired_interval(per_seed: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_boot: int = 2000, seed: int = 0):
-    """Mean over seeds of the accuracy difference a - b, with a 95% bootstrap interval that
-    resamples test questions within each seed. Each item: (question of each pair, a correct, b correct)."""
-    rng = np.random.default_rng(seed)
-    point, boots = [], []
-    for q, a, b in per_seed:
-        uq, inv = np.unique(q, return_inverse=True)
-        diff = np.bincount(inv, weights=a.astype(float) - b.astype(float))
-        count = np.bincount(inv).astype(float)
-        point.append(diff.sum() / count.sum())
-        w = rng.multinomial(len(uq), np.full(len(uq), 1 / len(uq)), size=n_boot)  # (n_boot, questions)
-        boots.append((w @ diff) / (w @ count))
-    boots = np.mean(boots, axis=0)
-    return float(np.mean(point)), [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
 
 
 def run_dataset(path: Path, seeds: list[int], encoder: str, settings: SearchSettings, storage: Path) -> dict:

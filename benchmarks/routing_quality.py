@@ -5,8 +5,9 @@
 Split by question (80/10/10, --split-seed). JE-IRT and matrix factorisation (each searched on
 validation and ensembled as `jeirt train` does; --fixed: the fixed configuration) and KNN are
 trained on the training questions; every policy's settings are chosen on the
-validation questions; figures are on the test questions, with 95% bootstrap intervals over
-questions. Best-on-average and per-benchmark best are chosen on training labels; only
+validation questions (the default as `jeirt train` does; `router_id_only`: on in-distribution
+validation alone, without held-out benchmarks and coverage gates); figures are on the test
+questions, with 95% bootstrap intervals over questions. Best-on-average and per-benchmark best are chosen on training labels; only
 per-benchmark best reads a query's benchmark label. Candidates per question: the LLMs with a
 label for it (see jeirt_ray/routing/evaluate.py). With --costs (JSON {model: price}), the
 accuracy-vs-average-cost curve of the default policy traded against cost is added.
@@ -28,7 +29,8 @@ from jeirt_ray.experiment import prepare
 from jeirt_ray.routing.costs import cost_curve
 from jeirt_ray.routing.evaluate import (available_argmax, baseline_routers, bootstrap_ci,
                                         routed_labels)
-from jeirt_ray.routing.policies import SignalBuilder, candidate_policies, policy_accuracy, tune_routing
+from jeirt_ray.routing.policies import (Policy, SignalBuilder, candidate_policies, policy_accuracy, select_policy,
+                                       tune_routing)
 from jeirt_ray.selection import SearchSettings
 
 
@@ -65,7 +67,7 @@ def main():
     space, chosen, val_table = tune_routing(space, prep)
     builder = SignalBuilder.from_arrays(space.routing, space.metadata["routing_policy"]["benchmarks"])
     signals = {part: builder.build(probs["jeirt"][part], prep.X[rows]) for part, (rows, _) in parts.items()}
-    candidates = candidate_policies(ks=builder.ks, has_topic=signals["val"].topic is not None)
+    candidates = [Policy(**row["policy"]) for row in val_table]  # tune_routing's, gated ones too
 
     test_rows, test_labels = parts["test"]
     available = ~np.isnan(test_labels)
@@ -73,6 +75,10 @@ def main():
     for name in ("jeirt", "mf", "knn"):
         per_q[f"{name}_argmax"] = routed_labels(available_argmax(probs[name]["test"], available), test_labels)
     per_q["router"] = routed_labels(chosen.choose(signals["test"], available), test_labels)
+    # the selection on in-distribution validation alone (no held-out benchmarks, no gates)
+    id_only, _ = select_policy(signals["val"], parts["val"][1],
+                               candidate_policies(builder.ks, builder.topic_coef is not None))
+    per_q["router_id_only"] = routed_labels(id_only.choose(signals["test"], available), test_labels)
 
     # every policy tried, with its validation and test figures; and the best of each family
     policies = [{**row, "test_accuracy": policy_accuracy(p, signals["test"], test_labels)}
@@ -86,13 +92,14 @@ def main():
     result = {
         "data": data.name, "split_seed": args.split_seed, "n_val_questions": len(parts["val"][0]),
         "n_test_questions": len(test_rows), "encoder": prep.encoder_id,
-        "default_policy": chosen.model_dump(),
+        "default_policy": space.metadata["routing_policy"], "id_only_policy": id_only.model_dump(),
         "router_accuracy": float(per_q["router"].mean()),
         "router_ci95": bootstrap_ci(per_q["router"]),
         **{k: float(v.mean()) for k, v in per_q.items() if k != "router"},
         "ci95": {k: bootstrap_ci(v) for k, v in per_q.items()},
         "paired_diff_vs_per_benchmark_best_ci95": bootstrap_ci(per_q["router"] - per_q["per_benchmark_best"]),
         "paired_diff_vs_best_average_ci95": bootstrap_ci(per_q["router"] - per_q["best_average"]),
+        "paired_diff_vs_id_only_ci95": bootstrap_ci(per_q["router"] - per_q["router_id_only"]),
         "best_policy_per_family": families,
         "policies": policies,
     }

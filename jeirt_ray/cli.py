@@ -84,7 +84,10 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int =
                                                         "$JEIRT_HOME/spaces/<data name>)"),
           register: Optional[str] = typer.Option(None, help="also register the space under this name in MLflow"),
           promote: Optional[str] = typer.Option(None, help="with --register: point this alias at the new version"),
-          finetune: Optional[str] = FinetuneOpt, encoder_lr: float = EncoderLrOpt):
+          finetune: Optional[str] = FinetuneOpt, encoder_lr: float = EncoderLrOpt,
+          held_out_benchmarks: int = typer.Option(6, "--held-out-benchmarks", min=0, help=(
+              "choose the routing policy also with up to this many benchmarks held out of training in turn "
+              "(one more training each), so that it holds on unseen benchmarks; 0: on validation alone"))):
     """Train a JE-IRT space (searched on Ray Tune by default; --fixed in this process, or on Ray
     Train with --workers N), choose its routing policy on validation and save it."""
     from . import paths, pipeline
@@ -92,7 +95,7 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int =
         d = pipeline.load_data(data)
         space = pipeline.train(d, encoder=encoder, search=search, members=members, workers=workers, gpus=gpus,
                                finetune=finetune, encoder_lr=encoder_lr, split=split, seed=seed, trials=trials,
-                               criterion=criterion, mlflow_run=f"train-{register}" if register else None,
+                               criterion=criterion, held_out_benchmarks=held_out_benchmarks, mlflow_run=f"train-{register}" if register else None,
                                out=out or paths.home() / "spaces" / d.name)
         if register:
             version = pipeline.register(space, register, alias=promote)

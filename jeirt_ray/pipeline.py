@@ -161,7 +161,8 @@ def ray_fitter(data_name: str, workers: int, gpus: bool = False, mlflow_run: str
 def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool = True, members: int | None = None,
           workers: int | None = None, gpus: bool = False, finetune: str | None = None, encoder_lr: float = 3e-5,
           split: SplitLike = None, seed: int = 0, trials: int | None = None, criterion: str = "val_loss",
-          mlflow_run: str | None = None, out: str | Path | None = None, progress: bool = True) -> Space:
+          held_out_benchmarks: int = 6, mlflow_run: str | None = None, out: str | Path | None = None,
+          progress: bool = True) -> Space:
     """Train a JE-IRT space and choose its routing policy on validation questions.
 
     - `search=True` (default): JE-IRT's configuration searched on validation on Ray Tune
@@ -171,6 +172,9 @@ def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool
     - `finetune`: `top-K` or `all`, the encoder's top layers trained end to end first.
     - `split`: a user's own split (a DataFrame or CSV/Parquet of question_id,split, or a
       split.json); default: seeded 80/10/10 by question.
+    - `held_out_benchmarks`: the routing policy is chosen both on validation and with up to
+      this many benchmarks held out of training in turn (one more training each), so that it
+      also holds on benchmarks the space never saw; 0: on validation alone.
     - `mlflow_run`: with `workers`, the name of an MLflow run that rank 0 logs the epochs into.
     - `out`: save the space there, with the split it was trained on (split.json).
     """
@@ -195,7 +199,7 @@ def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool
                             **({"fit_fn": fitter} if fitter is not None else {}))
         space.metadata["mlflow_run_id"] = fitter.mlflow and fitter.mlflow["run_id"] if fitter is not None else None
     space.metadata["encoder"] = encoder if not prep.encoder_dir else None
-    space, policy, _ = tune_routing(space, prep)
+    space, policy, _ = tune_routing(space, prep, held_out_benchmarks)
     log.info("routing policy chosen on %s validation questions: %s (router accuracy %.3f)",
              prep.split.questions(1).size, policy.model_dump(), space.metadata["routing_policy"]["val_accuracy"])
     space = Space.from_core(space)

@@ -56,6 +56,35 @@ def test_margin_policy_falls_back_to_best_average():
     assert Policy(name="margin", margin=0.1).choose(s, avail).tolist() == [0, 1]
 
 
+def test_coverage_gate_leaves_p_alone_off_the_map():
+    """Below its gate a query is scored by p alone; above it, the mix."""
+    s = RoutingSignals(p=np.array([[0.6, 0.5], [0.6, 0.5]]), local={10: np.array([[0.2, 0.9], [0.2, 0.9]])},
+                       coverage=np.array([0.9, 0.1]))
+    mixed = Policy(name="local", a_local=0.5, k=10)
+    gated = mixed.model_copy(update={"gate": 0.5})
+    np.testing.assert_allclose(mixed.scores(s), [[0.4, 0.7], [0.4, 0.7]])
+    np.testing.assert_allclose(gated.scores(s), [[0.4, 0.7], [0.6, 0.5]])
+    assert gated.choose(s, np.ones((2, 2), bool)).tolist() == [1, 0]
+
+
+def test_selection_with_held_out_benchmarks_keeps_in_distribution_accuracy():
+    """With held-out signals, the best held out among the candidates within the tolerance of
+    the best in distribution: not a better held-out candidate that loses in distribution."""
+    labels = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
+    ident = RoutingSignals(p=labels.copy(), local={10: labels.copy()}, coverage=np.ones(4))
+    # held out: p is wrong everywhere, local right; coverage low
+    held = RoutingSignals(p=1 - labels, local={10: labels.copy()}, coverage=np.zeros(4))
+    argmax, local = Policy(), Policy(name="local", a_local=1.0, k=10)
+    gated = local.model_copy(update={"gate": 0.5})
+    best, table = select_policy(ident, labels, [argmax, gated, local], held_out=[(held, labels)])
+    assert best == local and [r["held_out_accuracy"] for r in table] == [0.0, 0.0, 1.0]
+    # a held-out winner 0.5 below in distribution is out of bounds
+    worse = RoutingSignals(p=labels.copy(), local={10: np.roll(labels, 1, axis=0)}, coverage=np.ones(4))
+    held_bad_p = RoutingSignals(p=1 - labels, local={10: labels.copy()}, coverage=np.ones(4))
+    best, _ = select_policy(worse, labels, [argmax, local], held_out=[(held_bad_p, labels)])
+    assert best == argmax
+
+
 @pytest.fixture(scope="module")
 def routed():
     """Synthetic data whose LLMs have planted topic specialities, so a question-aware router
@@ -132,6 +161,11 @@ def test_tuned_policy_travels_with_the_space(routed, tmp_path):
         np.testing.assert_allclose(loaded_signals.local[k], fitted.local[k], atol=1e-6)
         np.testing.assert_allclose(loaded_signals.local[k], knn.predict_all(rows, k, nbrs), atol=1e-6)
     np.testing.assert_allclose(loaded_signals.topic, fitted.topic, atol=1e-6)
+    # chosen with benchmarks held out in turn; the serving path computes a gated policy's coverage
+    assert space.metadata["routing_policy"]["held_out_benchmarks"] >= 2
+    gated = Policy(name="topic", a_topic=0.5, gate=float(np.median(loaded_signals.coverage)))
+    np.testing.assert_allclose(gated.scores(builder.build(p, prep.X[rows], gated)), gated.scores(loaded_signals))
+    assert 0 < (loaded_signals.coverage >= gated.gate).mean() < 1
     # an LLM onboarded after tuning (one more column) is scored by its p alone
     wider = builder.build(np.hstack([p, np.full((len(rows), 1), 0.99)]), prep.X[rows])
     assert wider.local[builder.ks[0]].shape == (len(rows), prep.data.n_models + 1)

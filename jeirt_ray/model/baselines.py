@@ -72,6 +72,11 @@ class KNN:
         """The k nearest training questions of new embeddings (queries at serving time)."""
         return self._nearest(x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12), k)
 
+    def similarities(self, x: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
+        """(n, k) cosine similarity of new embeddings to their neighbours `nbrs`."""
+        xu = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        return np.einsum("nd,nkd->nk", xu, self.base[nbrs])
+
     def rates(self, nbrs: np.ndarray) -> np.ndarray:
         """(n, n_models) smoothed mean label over each row of neighbours."""
         n, k = nbrs.shape

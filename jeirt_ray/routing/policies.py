@@ -10,7 +10,15 @@ Signals a policy may combine, all computed from training data and the query text
   training questions (frozen embedding cosine), shrunk toward its overall rate;
 - `topic`: each LLM's training rate per benchmark, averaged under a classifier's predicted
   benchmark probabilities for the query (a soft, label-free "per-benchmark best");
-- `prior`: each LLM's overall training rate (the best-on-average router's score).
+- `prior`: each LLM's overall training rate (the best-on-average router's score);
+- `coverage`: how close the query is to the training questions (mean cosine similarity of its
+  `COVERAGE_K` nearest), which gates `local` and `topic`: off the training data's map (an
+  unseen benchmark) they point at the wrong benchmark's best LLM, so there p decides alone.
+
+`tune_routing` chooses the policy on validation questions twice over: as they are (in
+distribution) and with each benchmark held out of the signals in turn (leave-one-benchmark-out
+inside the training data, as a query of an unseen benchmark meets them), and keeps the policy
+that does best held out among those within `ID_TOLERANCE` of the best in distribution.
 """
 
 from __future__ import annotations
@@ -27,6 +35,12 @@ from sklearn.linear_model import LogisticRegression
 from ..model.baselines import KNN
 from .evaluate import available_argmax, routed_labels, train_rates
 
+COVERAGE_K = 10  # neighbours whose mean similarity is a query's coverage
+GATE_QUANTILES = (0.1, 0.25, 0.5)  # of in-distribution validation coverage: the gates tried
+ID_TOLERANCE = 0.003  # in-distribution validation accuracy given up for accuracy held out
+MIN_HELD_OUT_QUESTIONS = 10  # validation questions a held-out benchmark needs to count
+MAX_HELD_OUT_BENCHMARKS = 6  # held out in turn (those with the most validation questions): one training each
+
 
 @dataclass
 class RoutingSignals:
@@ -34,25 +48,30 @@ class RoutingSignals:
     local: dict[int, np.ndarray] = field(default_factory=dict)  # k -> (n, M)
     topic: np.ndarray | None = None  # (n, M)
     prior: np.ndarray | None = None  # (M,)
+    coverage: np.ndarray | None = None  # (n,)
 
 
 class Policy(BaseModel):
-    """score = (1 - a_local - a_topic) * p + a_local * local_k + a_topic * topic; then the
-    best-on-average LLM is kept unless another's score beats it by more than `margin`."""
+    """score = (1 - a_local - a_topic) * p + a_local * local_k + a_topic * topic, where the
+    query's coverage reaches `gate` (elsewhere p alone); then the best-on-average LLM is kept
+    unless another's score beats it by more than `margin`."""
 
     name: str = "argmax"
     a_local: float = 0.0
     k: int = 100
     a_topic: float = 0.0
     margin: float = 0.0
+    gate: float = 0.0
 
     def scores(self, s: RoutingSignals) -> np.ndarray:
-        out = (1.0 - self.a_local - self.a_topic) * s.p
+        mix = np.zeros_like(s.p)
         if self.a_local:
-            out = out + self.a_local * s.local[self.k]
+            mix += self.a_local * (s.local[self.k] - s.p)
         if self.a_topic:
-            out = out + self.a_topic * s.topic
-        return out
+            mix += self.a_topic * (s.topic - s.p)
+        if self.gate > 0:
+            mix *= (s.coverage >= self.gate)[:, None]
+        return s.p + mix
 
     def choose(self, s: RoutingSignals, available: np.ndarray) -> np.ndarray:
         sc = self.scores(s)
@@ -112,20 +131,27 @@ class SignalBuilder:
         after fitting (onboarded, beyond the columns seen in training) get their p as local and
         topic signal and a prior of 0."""
         ks = self.ks if policy is None else ((policy.k,) if policy.a_local else ())
-        local = {}
-        if ks:
-            kmax = min(max(ks), len(self.knn.base))
+        want_coverage = policy is None or policy.gate > 0
+        local, coverage = {}, None
+        if ks or want_coverage:
+            kmax = min(max(ks + (COVERAGE_K,) * want_coverage), len(self.knn.base))
             nbrs = self.knn.neighbours_of(x, kmax)
             local = {k: self.knn.rates(nbrs[:, :min(k, kmax)]) for k in ks}
+            if want_coverage:
+                coverage = self.knn.similarities(x, nbrs[:, :COVERAGE_K]).mean(1)
         want_topic = policy is None or policy.a_topic > 0
-        topic = self.topic_probs(x) @ self.bench_rates if want_topic and self.topic_coef is not None else None
+        topic = None
+        if want_topic and self.topic_coef is not None:
+            topic = self.topic_probs(x) @ self.bench_rates
+        elif want_topic and len(self.benches) == 1:  # one benchmark left (held out of two): its rates
+            topic = np.tile(self.bench_rates[0], (len(x), 1))
         prior = self.prior
         extra = p.shape[1] - len(prior)
         if extra > 0:
             local = {k: np.hstack([v, p[:, -extra:]]) for k, v in local.items()}
             topic = None if topic is None else np.hstack([topic, p[:, -extra:]])
             prior = np.concatenate([prior, np.zeros(extra)])
-        return RoutingSignals(p=p, local=local, topic=topic, prior=prior)
+        return RoutingSignals(p=p, local=local, topic=topic, prior=prior, coverage=coverage)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         out = {f"knn.{k}": v for k, v in self.knn.to_arrays().items()}
@@ -141,31 +167,86 @@ class SignalBuilder:
                    a.get("topic_coef"), a.get("topic_intercept"))
 
 
-def candidate_policies(ks=(25, 50, 100, 200, 400), has_topic: bool = True) -> list[Policy]:
-    """The grid tried on validation, named by family."""
-    out = [Policy(name="argmax")]
-    out += [Policy(name="margin", margin=t) for t in (0.01, 0.02, 0.05, 0.1)]
-    out += [Policy(name="local", a_local=a, k=k) for a, k in product((0.25, 0.5, 0.75, 1.0), ks)]
+def candidate_policies(ks=(25, 50, 100, 200, 400), has_topic: bool = True, gates=()) -> list[Policy]:
+    """The grid tried on validation, named by family; each mixing policy also with every
+    coverage gate of `gates`."""
+    mixing = [Policy(name="local", a_local=a, k=k) for a, k in product((0.25, 0.5, 0.75, 1.0), ks)]
     if has_topic:
-        out += [Policy(name="topic", a_topic=a) for a in (0.25, 0.5, 0.75, 1.0)]
-        out += [Policy(name="local+topic", a_local=a, a_topic=b, k=k)
-                for a, b, k in product((0.25, 0.5), (0.25, 0.5), ks) if a + b <= 1.0]
-    return out
+        mixing += [Policy(name="topic", a_topic=a) for a in (0.25, 0.5, 0.75, 1.0)]
+        mixing += [Policy(name="local+topic", a_local=a, a_topic=b, k=k)
+                   for a, b, k in product((0.25, 0.5), (0.25, 0.5), ks) if a + b <= 1.0]
+    gated = [p.model_copy(update={"gate": float(g)}) for g in gates for p in mixing]
+    return [Policy(name="argmax"), *[Policy(name="margin", margin=t) for t in (0.01, 0.02, 0.05, 0.1)],
+            *mixing, *gated]
 
 
 def policy_accuracy(policy: Policy, signals: RoutingSignals, labels: np.ndarray) -> float:
     return float(routed_labels(policy.choose(signals, ~np.isnan(labels)), labels).mean())
 
 
-def select_policy(signals: RoutingSignals, labels: np.ndarray, candidates: list[Policy]) -> tuple[Policy, list[dict]]:
-    """The candidate with the best validation router accuracy (ties: the earlier, simpler one)."""
+def select_policy(signals: RoutingSignals, labels: np.ndarray, candidates: list[Policy],
+                  held_out: list[tuple[RoutingSignals, np.ndarray]] = (),
+                  tolerance: float = ID_TOLERANCE) -> tuple[Policy, list[dict]]:
+    """The candidate with the best validation router accuracy (ties: the earlier, simpler one).
+    With `held_out` (signals and labels of each benchmark's validation questions, the signals
+    fitted without that benchmark), the best mean accuracy over those among the candidates
+    within `tolerance` of the best validation accuracy."""
     table = [{"policy": p.model_dump(), "val_accuracy": policy_accuracy(p, signals, labels)} for p in candidates]
-    best = max(range(len(table)), key=lambda i: (table[i]["val_accuracy"], -i))
+    if held_out:
+        for p, row in zip(candidates, table):
+            row["held_out_accuracy"] = float(np.mean([policy_accuracy(p, s, y) for s, y in held_out]))
+    top = max(r["val_accuracy"] for r in table)
+    key = (lambda i: (table[i]["held_out_accuracy"], table[i]["val_accuracy"], -i)) if held_out else \
+        (lambda i: (table[i]["val_accuracy"], -i))
+    best = max((i for i in range(len(table)) if table[i]["val_accuracy"] >= top - tolerance), key=key)
     return candidates[best], table
 
 
-def tune_routing(space, prep) -> tuple[object, Policy, list[dict]]:
-    """Choose the routing policy on the validation questions of `prep`. Returns (a copy of
+def held_out_benchmark_signals(space, prep, rows: np.ndarray, labels: np.ndarray, benches: np.ndarray,
+                               limit: int = MAX_HELD_OUT_BENCHMARKS) -> list[tuple[RoutingSignals, np.ndarray]]:
+    """Leave-one-benchmark-out inside the training data, as a query of an unseen benchmark meets
+    the router: for each of up to `limit` benchmarks with training questions and
+    at least MIN_HELD_OUT_QUESTIONS validation questions (most first), one member of the space's
+    configuration is trained without the benchmark (its training and validation questions both
+    left out; for as many epochs as the space's members took) and a builder fitted without it;
+    returns the signals of its validation questions (`rows`) with their labels."""
+    from ..data.splits import Split
+    from ..evaluation import train_space
+    bench_of = np.asarray(prep.data.benchmarks)
+    if len(benches) < 2:
+        return []
+    sizes = {b: int((bench_of[rows] == b).sum()) for b in benches}
+    chosen = sorted((b for b in benches if sizes[b] >= MIN_HELD_OUT_QUESTIONS), key=lambda b: (-sizes[b], b))
+    config = space.config.model_copy(update={"max_epochs": _epochs_taken(space)})
+    out = []
+    for b in chosen[:limit]:
+        part = prep.split.question_part.copy()
+        part[(bench_of == b) & (part < 2)] = 3  # in no part that trains or stops training
+        without = dataclasses.replace(prep, split=Split("without_benchmark", prep.split.seed, part,
+                                                         prep.split.heldout_models))
+        train = without.pairs("train")
+        if not len(train.q):
+            continue
+        member = train_space(without, config, members=1, seed=prep.split.seed, progress=False)
+        builder = SignalBuilder.fit(prep.X, train.q.numpy(), train.m.numpy(), train.y.numpy(), bench_of,
+                                    prep.data.n_models)
+        here = rows[bench_of[rows] == b]
+        out.append((builder.build(member.predict_proba(prep.X[here]), prep.X[here]), labels[bench_of[rows] == b]))
+    return out
+
+
+def _epochs_taken(space) -> int:
+    """The median epochs to the best validation loss of the space's members (its configuration's
+    max_epochs where they are not recorded)."""
+    took = [m.get("best_epoch", m.get("epochs")) for m in space.metadata.get("members", [])]
+    took = [int(t) + 1 for t in took if t is not None]
+    return int(np.median(took)) if took else space.config.max_epochs
+
+
+def tune_routing(space, prep, held_out_benchmarks: int = MAX_HELD_OUT_BENCHMARKS) -> tuple[object, Policy, list[dict]]:
+    """Choose the routing policy on the validation questions of `prep`, with up to
+    `held_out_benchmarks` benchmarks held out in turn (one training each; 0: in distribution
+    alone, no coverage gates). Returns (a copy of
     `space` that carries it: metadata `routing_policy`, signal arrays in `routing`, so that the
     Serve router applies what evaluation chose; the policy; the validation table). `space`
     itself is unchanged."""
@@ -178,9 +259,15 @@ def tune_routing(space, prep) -> tuple[object, Policy, list[dict]]:
     rows, labels = rows[labelled], labels[labelled]
     if not len(rows):
         raise ValueError("no validation question has a label: cannot choose a routing policy")
-    signals = builder.build(space.predict_proba(prep.X[rows]), prep.X[rows])
-    policy, table = select_policy(signals, labels, candidate_policies(ks=builder.ks, has_topic=signals.topic is not None))
-    chosen = {**policy.model_dump(), "val_accuracy": max(r["val_accuracy"] for r in table),
+    p_val = space.predict_proba(prep.X[rows])
+    signals = builder.build(p_val, prep.X[rows])
+    held_out = held_out_benchmark_signals(space, prep, rows, labels, builder.benches, held_out_benchmarks)
+    gates = np.quantile(signals.coverage, GATE_QUANTILES) if held_out else ()
+    candidates = candidate_policies(ks=builder.ks, has_topic=builder.topic_coef is not None, gates=gates)
+    policy, table = select_policy(signals, labels, candidates, held_out)
+    row = table[candidates.index(policy)]
+    chosen = {**policy.model_dump(), "val_accuracy": row["val_accuracy"],
+              "held_out_accuracy": row.get("held_out_accuracy"), "held_out_benchmarks": len(held_out),
               "benchmarks": builder.benches.tolist()}
     tuned = dataclasses.replace(space, metadata={**copy.deepcopy(space.metadata), "routing_policy": chosen},
                                 routing=builder.to_arrays())
