@@ -39,7 +39,7 @@ def test_synth_then_evaluate_and_train(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "res.split.json").read_text())["kind"] == "by_question"
     assert {"test_accuracy", "auc", "log_loss", "train_seconds"} <= set(res["jeirt"])
     r = runner.invoke(app, ["train", "--data", str(tmp_path / "d"), "--encoder", "hashing", "--fixed",
-                            "--members", "1", "--out", str(tmp_path / "space")])
+                            "--members", "1", "--held-out-benchmarks", "0", "--out", str(tmp_path / "space")])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "space" / "weights.safetensors").exists() and (tmp_path / "space" / "split.json").exists()
     # the embedding cache lives under JEIRT_HOME
@@ -76,12 +76,13 @@ def test_train_register_promote_list(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     runner.invoke(app, ["data", "synth", "--out", str(tmp_path / "d"), "--models", "6", "--questions", "200"])
     r = runner.invoke(app, ["train", "--data", str(tmp_path / "d"), "--encoder", "hashing", "--fixed",
-                            "--members", "1", "--register", "cli-space"])
+                            "--members", "1", "--held-out-benchmarks", "0", "--register", "cli-space"])
     assert r.exit_code == 0, r.output
     assert "registered as cli-space version 1" in r.output
     # Ray Train's local mode, epochs logged to the run the version is registered from
     r = runner.invoke(app, ["train", "--data", str(tmp_path / "d"), "--encoder", "hashing", "--members", "1",
-                            "--workers", "0", "--register", "cli-space", "--promote", "candidate"])
+                            "--workers", "0", "--held-out-benchmarks", "0", "--register", "cli-space",
+                            "--promote", "candidate"])
     assert r.exit_code == 0, r.output
     assert "models:/cli-space@candidate -> version 2" in r.output
     from mlflow import MlflowClient
@@ -161,8 +162,8 @@ def test_a_wrong_encoder_for_the_registered_space_is_refused_before_deploying(tm
     from pathlib import Path
     monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    r = runner.invoke(app, ["train", "--encoder", "hashing", "--fixed", "--members", "1", "--register", "demo",
-                            "--promote", "champion"])
+    r = runner.invoke(app, ["train", "--encoder", "hashing", "--fixed", "--members", "1", "--held-out-benchmarks", "0",
+                            "--register", "demo", "--promote", "champion"])
     assert r.exit_code == 0, r.output
     config = Path(__file__).resolve().parents[1] / "deployments" / "local.yaml"  # serves MiniLM
     r = runner.invoke(app, ["serve", str(config), "--port", "1"])

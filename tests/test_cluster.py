@@ -70,7 +70,8 @@ def test_train_resumes_from_its_checkpoint_when_a_node_is_lost(dataset, home):
     """`jeirt train --workers 2` over two nodes; after the first registered checkpoint the node
     holding one worker is removed and a fresh one added: the group restarts from the checkpoint
     and ends within 0.01 of an undisturbed run's best validation loss."""
-    args = ("train", "--data", dataset, "--encoder", "hashing", "--workers", 2, "--members", 1)
+    args = ("train", "--data", dataset, "--encoder", "hashing", "--workers", 2, "--members", 1,
+            "--held-out-benchmarks", 0)
     runs = home / "ray_results"
     with nodes(head_cpus=1, workers=1) as c:
         start = time.perf_counter()
@@ -109,7 +110,7 @@ def test_search_finishes_every_trial_when_a_node_is_lost(dataset, home):
     with nodes(head_cpus=1, workers=1) as c:
         start = time.perf_counter()
         proc = c.jeirt("train", "--data", dataset, "--encoder", "hashing", "--trials", trials, "--members", 2,
-                       "--out", home / "space")
+                       "--held-out-benchmarks", 0, "--out", home / "space")
         ray.init(address=c.address, log_to_driver=False)
         lost = c.workers[0]
         _wait(lambda: proc.poll() is not None or _actors_on(lost.node_id, "ImplicitFunc"), 240,

@@ -122,7 +122,7 @@ def test_an_imported_harness_folder_is_a_data_source_and_trains(harness_dir, tmp
     assert "may be one LLM" in r.output and json.loads((tmp_path / "long" / "import_report.json").read_text())["files"] == 5
     assert load_data(tmp_path / "long").n_responses == load_data(root).n_responses
     r = runner.invoke(app, ["train", "--data", str(tmp_path / "long"), "--encoder", "hashing", "--fixed",
-                            "--members", "1", "--out", str(tmp_path / "space")])
+                            "--members", "1", "--held-out-benchmarks", "0", "--out", str(tmp_path / "space")])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["data", "import", "harness", str(root), "--out", str(tmp_path / "x"), "--metric", "acc"])
     assert r.exit_code == 2 and "expected TASK=NAME" in r.output

@@ -101,7 +101,7 @@ def service(registry, tmp_path_factory):
     raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
     app = raw["applications"][0]
     app["args"]["encoder"] = "hashing"
-    # production's shape (an Encoder deployment of its own); test_serve_autoscale.py runs local.yaml's
+    # production's shape (an Encoder deployment of its own); test_cluster.py's autoscaling test runs local.yaml's
     app["args"]["encoder_placement"] = "deployment"
     app["deployments"].append({"name": "Encoder", "max_ongoing_requests": 64, "ray_actor_options": {}})
     for d in app["deployments"]:  # two routers and two encoders, so that one can be killed under load

@@ -16,9 +16,10 @@ Signals a policy may combine, all computed from training data and the query text
   unseen benchmark) they point at the wrong benchmark's best LLM, so there p decides alone.
 
 `tune_routing` chooses the policy on validation questions twice over: as they are (in
-distribution) and with each benchmark held out of the signals in turn (leave-one-benchmark-out
-inside the training data, as a query of an unseen benchmark meets them), and keeps the policy
-that does best held out among those within `ID_TOLERANCE` of the best in distribution.
+distribution) and with benchmarks held out in turn (leave-one-benchmark-out inside the training
+data: a member of the space and the signals fitted without the benchmark, as a query of an
+unseen benchmark meets them), and keeps the policy that does best held out among those within
+`ID_TOLERANCE` of the best in distribution; there every mixing policy has a coverage gate.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from ..model.baselines import KNN
 from .evaluate import available_argmax, routed_labels, train_rates
 
 COVERAGE_K = 10  # neighbours whose mean similarity is a query's coverage
-GATE_QUANTILES = (0.1, 0.25, 0.5)  # of in-distribution validation coverage: the gates tried
+# of in-distribution validation coverage: the gates tried; the first is a floor, as validation
+# cannot speak for a query less covered than 95% of its questions
+GATE_QUANTILES = (0.05, 0.1, 0.25, 0.5)
 ID_TOLERANCE = 0.003  # in-distribution validation accuracy given up for accuracy held out
 MIN_HELD_OUT_QUESTIONS = 10  # validation questions a held-out benchmark needs to count
 MAX_HELD_OUT_BENCHMARKS = 6  # held out in turn (those with the most validation questions): one training each
@@ -168,16 +171,16 @@ class SignalBuilder:
 
 
 def candidate_policies(ks=(25, 50, 100, 200, 400), has_topic: bool = True, gates=()) -> list[Policy]:
-    """The grid tried on validation, named by family; each mixing policy also with every
-    coverage gate of `gates`."""
+    """The grid tried on validation, named by family; the mixing policies with each coverage
+    gate of `gates` (none: ungated)."""
     mixing = [Policy(name="local", a_local=a, k=k) for a, k in product((0.25, 0.5, 0.75, 1.0), ks)]
     if has_topic:
         mixing += [Policy(name="topic", a_topic=a) for a in (0.25, 0.5, 0.75, 1.0)]
         mixing += [Policy(name="local+topic", a_local=a, a_topic=b, k=k)
                    for a, b, k in product((0.25, 0.5), (0.25, 0.5), ks) if a + b <= 1.0]
-    gated = [p.model_copy(update={"gate": float(g)}) for g in gates for p in mixing]
-    return [Policy(name="argmax"), *[Policy(name="margin", margin=t) for t in (0.01, 0.02, 0.05, 0.1)],
-            *mixing, *gated]
+    if len(gates):
+        mixing = [p.model_copy(update={"gate": float(g)}) for g in gates for p in mixing]
+    return [Policy(name="argmax"), *[Policy(name="margin", margin=t) for t in (0.01, 0.02, 0.05, 0.1)], *mixing]
 
 
 def policy_accuracy(policy: Policy, signals: RoutingSignals, labels: np.ndarray) -> float:
