@@ -1,7 +1,7 @@
 """Little data: JE-IRT against MF, KNN and the per-LLM majority on a share of the training questions.
 
     python benchmarks/learning_curve.py [--data DIR] --out results/learning_curve.json
-        [--fractions 2 5 10 25 50 100] [--seeds 0 1 2] [--fixed] [--plot docs/img/learning_curve.png]
+        [--fractions 2 5 10 25 50 100] [--seeds 0 1 2] [--fixed | --trials N] [--plot docs/img/learning_curve.png]
 
 For each split seed (by question, 80/10/10) the training questions are shuffled once and the
 first 2%, 5%, ... of them kept (nested: a smaller share is inside a larger one); validation and
@@ -104,11 +104,12 @@ def main():
                     help="percent of the training questions")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--fixed", action="store_true", help="the fixed configurations instead of the search")
+    ap.add_argument("--trials", type=int, help="configurations searched per method (default: scaled with the data)")
     ap.add_argument("--plot", help="PNG file for the curves")
     args = ap.parse_args()
     data = load_data(dataset_path(args.data, "mmlu_pro"))
     encoder = make_encoder(args.encoder)
-    search = None if args.fixed else SearchSettings()
+    search = None if args.fixed else SearchSettings(trials=args.trials)
     if search:
         init_ray(log_to_driver=False)
     runs = {f: [] for f in args.fractions}
@@ -126,7 +127,7 @@ def main():
     points = {f"{f:g}": {"training_questions": n_train[f], **summarise(runs[f])} for f in args.fractions}
     if args.plot:
         plot(points, data.name, args.plot)
-    write_json(args.out, {"data": data.name, "seeds": args.seeds, "search": not args.fixed,
+    write_json(args.out, {"data": data.name, "seeds": args.seeds, "search": not args.fixed, "trials": args.trials,
                           "encoder": args.encoder, "points": points})
 
 

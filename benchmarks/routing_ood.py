@@ -23,7 +23,7 @@ import numpy as np
 from _common import dataset_path, parser, write_json
 from jeirt_ray import paths
 from jeirt_ray.data import load_data
-from jeirt_ray.data.splits import Split
+from jeirt_ray.data.splits import Split, assign_parts
 from jeirt_ray.distributed import init_ray
 from jeirt_ray.encoders import make_encoder
 from jeirt_ray.evaluation import predictors
@@ -37,12 +37,9 @@ ROUTERS = ("router", "router_id_only", "jeirt_argmax", "mf_argmax", "knn_argmax"
 
 def held_out_split(data, bench: str, seed: int) -> Split:
     """Every question of `bench` in test; the others 80/10/10 at random."""
-    rng = np.random.default_rng(seed)
     part = np.full(data.n_questions, 2, dtype=np.int8)
-    others = rng.permutation(np.flatnonzero(data.benchmarks != bench))
-    n_train, n_val = int(round(0.8 * len(others))), int(round(0.1 * len(others)))
-    part[others[:n_train]] = 0
-    part[others[n_train:n_train + n_val]] = 1
+    others = np.flatnonzero(data.benchmarks != bench)
+    part[others] = assign_parts(len(others), (0.8, 0.1, 0.1), np.random.default_rng(seed))
     return Split("held_out_benchmark", seed, part, info={"held_out_benchmark": bench})
 
 

@@ -56,7 +56,8 @@ class Split:
         return cls(obj["kind"], obj["seed"], part, obj.get("heldout_models", []), obj.get("info", {}))
 
 
-def _assign(n: int, fractions: tuple[float, float, float], rng: np.random.Generator) -> np.ndarray:
+def assign_parts(n: int, fractions: tuple[float, float, float], rng: np.random.Generator) -> np.ndarray:
+    """The part (0 train, 1 validation, 2 test) of each of `n` items, in random order by `fractions`."""
     order = rng.permutation(n)
     n_train = int(round(fractions[0] * n))
     n_val = int(round(fractions[1] * n))
@@ -69,7 +70,7 @@ def _assign(n: int, fractions: tuple[float, float, float], rng: np.random.Genera
 def split_by_question(data: ResponseData, seed: int = 0,
                       fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> Split:
     rng = np.random.default_rng(seed)
-    return Split("by_question", seed, _assign(data.n_questions, fractions, rng), info={"fractions": fractions})
+    return Split("by_question", seed, assign_parts(data.n_questions, fractions, rng), info={"fractions": fractions})
 
 
 def split_by_model(data: ResponseData, n_heldout: int, seed: int = 0,
@@ -78,7 +79,7 @@ def split_by_model(data: ResponseData, n_heldout: int, seed: int = 0,
         raise ValueError(f"n_heldout must be between 1 and {data.n_models - 1}, got {n_heldout}")
     rng = np.random.default_rng(seed)
     held = sorted(rng.choice(data.models, size=n_heldout, replace=False).tolist())
-    split = Split("by_model", seed, _assign(data.n_questions, fractions, rng), heldout_models=held,
+    split = Split("by_model", seed, assign_parts(data.n_questions, fractions, rng), heldout_models=held,
                   info={"fractions": fractions})
     return split
 

@@ -167,8 +167,8 @@ def run_search(prep, kind: str, settings: SearchSettings, *, storage: str | Path
         tune.with_resources(trainable, resources),
         param_space={k: d.to_tune() for k, d in space.items()},
         tune_config=tune.TuneConfig(metric="val_loss", mode="min", scheduler=scheduler, num_samples=samples,
-                                    max_concurrent_trials=concurrent,
-                                    search_alg=BasicVariantGenerator(random_state=settings.seed),
+                                    search_alg=BasicVariantGenerator(max_concurrent=concurrent,
+                                                                     random_state=settings.seed),
                                     reuse_actors=workers is None),
         # a trial whose node is lost (or whose worker dies) runs again, up to twice
         run_config=tune.RunConfig(name="search", storage_path=str(storage), verbose=0, progress_reporter=None,
