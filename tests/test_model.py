@@ -36,6 +36,23 @@ def test_jeirt_formula():
     assert torch.allclose(mod(x, q, m), expected[q, m], atol=1e-5)
 
 
+def test_ability_prior_and_norm_shrinkage_pull_toward_the_population():
+    """The two penalties: LLM vectors drawn toward their mean, difficulties toward the batch's."""
+    from jeirt_ray.data.synthetic import generate
+    small = prepare(generate(n_models=8, n_questions=300, seed=0), HashingEncoder(64), seed=0, progress=False)
+    args = small.X, small.data.n_models, small.pairs("train"), small.pairs("val")
+
+    def spreads(**kw):
+        mod = fit(*args, TrainConfig(kind="jeirt", dim=8, lr=3e-3, weight_decay=0.0, max_epochs=15, patience=100,
+                                     **kw), progress=False).module
+        w = mod.models.weight.detach()
+        norms = mod.split(mod.question_vectors(torch.as_tensor(small.X)))[1].detach()
+        return float((w - w.mean(0)).norm(dim=1).mean()), float(norms.std())
+    free, pulled, shrunk = spreads(), spreads(ability_prior=10.0), spreads(norm_shrinkage=10.0)
+    assert pulled[0] < 0.7 * free[0]
+    assert shrunk[1] < 0.7 * free[1]
+
+
 @pytest.mark.parametrize("kind", ["jeirt", "mf", "irt1pl", "irt2pl"])
 def test_forward_matches_score_all(kind):
     torch.manual_seed(0)

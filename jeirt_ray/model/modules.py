@@ -39,11 +39,14 @@ class JEIRT(nn.Module):
     kind = "jeirt"
 
     def __init__(self, in_dim: int, n_models: int, dim: int = 128, hidden: int | None = None,
-                 dropout: float = 0.1, input_dropout: float = 0.0):
+                 dropout: float = 0.1, input_dropout: float = 0.0, ability_prior: float = 0.0,
+                 norm_shrinkage: float = 0.0):
         super().__init__()
         self.adapter = adapter(in_dim, hidden or 2 * in_dim, dim, dropout, input_dropout)
         self.models = nn.Embedding(n_models, dim)
         nn.init.normal_(self.models.weight, std=0.1)
+        self.ability_prior, self.norm_shrinkage = ability_prior, norm_shrinkage
+        self.penalty = torch.zeros(())  # the last training batch's regulariser, added to its loss
 
     def question_vectors(self, x: torch.Tensor) -> torch.Tensor:
         return self.adapter(x)
@@ -56,6 +59,12 @@ class JEIRT(nn.Module):
 
     def forward(self, x: torch.Tensor, q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         u, norm = self.split(self.question_vectors(x))
+        if self.training and (self.ability_prior or self.norm_shrinkage):
+            # a Gaussian prior of the LLM vectors around their mean (not around 0, as weight
+            # decay), and of the batch's difficulties around theirs
+            w = self.models.weight
+            self.penalty = self.ability_prior * (w - w.mean(0)).pow(2).sum(1).mean() + \
+                self.norm_shrinkage * (norm - norm.mean()).pow(2).mean()
         block = u.shape[0] * self.models.num_embeddings
         if block <= DENSE_LIMIT and 4 * len(q) >= block:
             # a dense batch (most LLMs answered these questions): one small (questions x models)
@@ -120,7 +129,8 @@ class AmortizedIRT(nn.Module):
 def build_module(kind: str, in_dim: int, n_models: int, **kw) -> nn.Module:
     if kind == "jeirt":
         return JEIRT(in_dim, n_models, dim=kw.get("dim", 128), hidden=kw.get("hidden"),
-                     dropout=kw.get("dropout", 0.1), input_dropout=kw.get("input_dropout", 0.0))
+                     dropout=kw.get("dropout", 0.1), input_dropout=kw.get("input_dropout", 0.0),
+                     ability_prior=kw.get("ability_prior", 0.0), norm_shrinkage=kw.get("norm_shrinkage", 0.0))
     if kind == "mf":
         return MatrixFactorization(in_dim, n_models, dim=kw.get("dim", 128), dropout=kw.get("dropout", 0.1))
     if kind in ("irt1pl", "irt2pl"):

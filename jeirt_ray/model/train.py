@@ -30,6 +30,8 @@ class TrainConfig(BaseModel):
     hidden: int | None = Field(None, ge=1, description="adapter width; default 2 x encoder dim")
     dropout: float = Field(0.1, ge=0, lt=1)
     input_dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the frozen embedding (JE-IRT)")
+    ability_prior: float = Field(0.0, ge=0, description="JE-IRT: penalty on the LLM vectors' spread around their mean")
+    norm_shrinkage: float = Field(0.0, ge=0, description="JE-IRT: penalty on the difficulties' spread in a batch")
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(1e-4, ge=0)
     question_batch: int = Field(256, ge=1, description="distinct questions per step")
@@ -230,6 +232,8 @@ def fit(X: np.ndarray | torch.Tensor, n_models: int, train: Pairs, val: Pairs, c
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):  # bf16 on GPUs
                 logits = net(X[qb.to(device)], local.to(device), m.to(device))
             loss = F.binary_cross_entropy_with_logits(logits.float(), y)
+            if getattr(module, "ability_prior", 0) or getattr(module, "norm_shrinkage", 0):
+                loss = loss + module.penalty
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
