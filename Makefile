@@ -31,7 +31,7 @@ demo: $(BIN)/.installed
 	$(BIN)/jeirt demo
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -ra --durations=15
+	$(BIN)/python -m pytest -ra --durations=30
 
 # the documentation site, into site/ (the same build runs, --strict, in the tests)
 docs: $(BIN)/.installed

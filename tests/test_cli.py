@@ -56,14 +56,14 @@ def test_demo_main_job(tmp_path, monkeypatch):
     from jeirt_ray.registry import Registry
     monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    r = runner.invoke(app, ["demo", "--encoder", "hashing", "--trials", "6"])
+    r = runner.invoke(app, ["demo", "--encoder", "hashing", "--trials", "4"])
     assert r.exit_code == 0, r.output
     assert "SYNTHETIC" in r.output and "of the distance from the per-LLM majority" in r.output
     assert "models:/demo@champion -> version 1" in r.output
     res = json.loads((tmp_path / "demo" / "results.json").read_text())
     assert set(res) == {"jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl", "truth"}
     assert res["truth"]["test_accuracy"] > res["majority"]["test_accuracy"]
-    assert res["jeirt"]["search"]["settings"]["trials"] == res["mf"]["search"]["settings"]["trials"] == 6
+    assert res["jeirt"]["search"]["settings"]["trials"] == res["mf"]["search"]["settings"]["trials"] == 4
     space = Space.load(tmp_path / "demo" / "space")
     assert 1 <= len(space.members) <= 5 and space.metadata["recipe"] == "searched"
     champion = Registry().load("models:/demo@champion")
