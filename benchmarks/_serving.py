@@ -26,10 +26,10 @@ def free_port() -> int:
 
 def test_texts(data_dir: Path, encoder: str, split_seed: int, n: int = 512):
     """(dataset, prepared split, up to n test question texts)."""
-    from jeirt_ray import paths
+    from jeirt_ray.core import paths
     from jeirt_ray.data import load_data
     from jeirt_ray.encoders import make_encoder
-    from jeirt_ray.experiment import prepare
+    from jeirt_ray.experiments.prepare import prepare
     data = load_data(data_dir)
     prep = prepare(data, make_encoder(encoder), seed=split_seed, cache_root=paths.cache_dir())
     return data, prep, [str(data.texts[i]) for i in prep.rows("test")][:n]
@@ -38,14 +38,14 @@ def test_texts(data_dir: Path, encoder: str, split_seed: int, n: int = 512):
 @contextlib.contextmanager
 def registered_space(prep):
     """A temporary MLflow registry holding models:/bench@champion."""
-    from jeirt_ray.evaluation import train_space
-    from jeirt_ray.selection import fixed_config
+    from jeirt_ray.experiments.methods import train_space
+    from jeirt_ray.experiments.selection import fixed_config
     with tempfile.TemporaryDirectory() as home:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home}/mlflow.db"
-        from jeirt_ray.registry import Registry
+        from jeirt_ray.tracking.registry import SpaceRegistry
         space = train_space(prep, fixed_config("jeirt").model_copy(update={"max_epochs": 3}), members=5,
                             progress=False)
-        reg = Registry()
+        reg = SpaceRegistry()
         reg.promote("bench", reg.register(space, "bench"), "champion")
         yield Path(home)
 

@@ -29,15 +29,15 @@ import numpy as np
 import torch
 
 from _common import SHARED, paired_interval, parser, write_json
-from jeirt_ray import paths
+from jeirt_ray.core import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.distributed import init_ray
 from jeirt_ray.distributed.tune import load_trial, run_search
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.evaluation import predictors
-from jeirt_ray.experiment import pair_probs, prepare
+from jeirt_ray.experiments.methods import predictors
+from jeirt_ray.experiments.prepare import pair_probs, prepare
 from jeirt_ray.model.metrics import binary_metrics
-from jeirt_ray.selection import CRITERIA, SearchSettings, rank_trials
+from jeirt_ray.experiments.selection import CRITERIA, SearchSettings, rank_trials
 
 BASELINES = ("knn", "irt2pl", "majority")
 MEMBER_CHOICES = (1, 3, 5, 8)

@@ -29,11 +29,11 @@ import httpx
 import yaml
 
 from _common import dataset_path, parser, write_json
-from jeirt_ray import paths
+from jeirt_ray.core import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.evaluation import train_space
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,9 +60,9 @@ def main():
     from playwright.sync_api import sync_playwright
     from ray import serve
 
-    from jeirt_ray.registry import Registry
+    from jeirt_ray.tracking.registry import SpaceRegistry
     from jeirt_ray.serving.deploy import deploy, load_config
-    reg = Registry()
+    reg = SpaceRegistry()
     reg.promote("explore-bench", reg.register(space, "explore-bench"), "champion")
     raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
     raw["applications"][0]["args"]["encoder"] = args.encoder

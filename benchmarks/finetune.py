@@ -25,14 +25,14 @@ import time
 import numpy as np
 
 from _common import dataset_path, parser, write_json
-from jeirt_ray import paths
+from jeirt_ray.core import paths
 from jeirt_ray.data import load_data, split_by_question
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.evaluation import predictors
-from jeirt_ray.experiment import pair_probs, prepare, prepare_finetuned
+from jeirt_ray.experiments.methods import predictors
+from jeirt_ray.experiments.prepare import pair_probs, prepare, prepare_finetuned
 from jeirt_ray.model.finetune import FinetuneSettings, parse_layers
 from jeirt_ray.model.metrics import binary_metrics
-from jeirt_ray.routing.evaluate import available_argmax, baseline_routers, bootstrap_ci, routed_labels
+from jeirt_ray.routing.outcomes import available_argmax, baseline_routers, bootstrap_ci, routed_labels
 
 KINDS = ("jeirt", "mf")
 

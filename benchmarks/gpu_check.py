@@ -56,9 +56,9 @@ def main():
     from jeirt_ray.distributed.encode import encode_with_ray
     from jeirt_ray.distributed.train import ray_fit
     from jeirt_ray.encoders import make_encoder
-    from jeirt_ray.experiment import prepare
+    from jeirt_ray.experiments.prepare import prepare
     from jeirt_ray.model.train import fit
-    from jeirt_ray.selection import fixed_config
+    from jeirt_ray.experiments.selection import fixed_config
 
     gpus = torch.cuda.device_count()
     home = Path(tempfile.mkdtemp(prefix="gpu-check-"))

@@ -18,15 +18,16 @@ from __future__ import annotations
 import numpy as np
 
 from _common import dataset_path, paired_interval, parser, write_json
-from jeirt_ray import paths
+from jeirt_ray.core import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.data.splits import Split, split_by_question
 from jeirt_ray.distributed import init_ray
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.evaluation import predictors
-from jeirt_ray.experiment import Prepared, pair_probs, prepare
+from jeirt_ray.distributed.tune import run_search
+from jeirt_ray.experiments.methods import predictors
+from jeirt_ray.experiments.prepare import Prepared, pair_probs, prepare
 from jeirt_ray.model.metrics import binary_metrics
-from jeirt_ray.selection import SearchSettings
+from jeirt_ray.experiments.selection import SearchSettings
 
 METHODS = ("jeirt", "mf", "knn", "majority")
 
@@ -47,7 +48,8 @@ def pair_log_loss(p: np.ndarray, y: np.ndarray) -> np.ndarray:
 def run_point(prep: Prepared, seed: int, search: SearchSettings | None) -> dict:
     test, rows = prep.pairs("test"), prep.rows("test")
     y = test.y.numpy()
-    kw = {"search": search, "search_storage": paths.home() / "search"} if search else {}
+    kw = {"search": search, "search_storage": paths.home() / "search",
+              "search_fn": run_search} if search else {}
     out = {"q": test.q.numpy(), "y": y, "methods": {}}
     for name, predict, seconds, _ in predictors(prep, METHODS, train_seed=seed, progress=False, **kw):
         p = pair_probs(predict(rows), rows, test)

@@ -25,13 +25,13 @@ import time
 import numpy as np
 
 from _common import dataset_path, parser, write_json
-from jeirt_ray import paths
+from jeirt_ray.core import paths
 from jeirt_ray.analysis.onboarding_curve import onboarding_curve
 from jeirt_ray.data import load_data
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.evaluation import train_space
-from jeirt_ray.selection import fixed_config
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.selection import fixed_config
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.onboarding import onboard
 
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 import tempfile
 
 from _common import dataset_path, parser, write_json
-from jeirt_ray import paths
+from jeirt_ray.core import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.distributed import init_ray
 from jeirt_ray.distributed.train import ray_fit
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.selection import fixed_config
-from jeirt_ray.experiment import pair_probs, prepare
+from jeirt_ray.experiments.selection import fixed_config
+from jeirt_ray.experiments.prepare import pair_probs, prepare
 from jeirt_ray.model.metrics import binary_metrics
-from jeirt_ray.model.space import Space
+from jeirt_ray.model.space import CoreSpace
 from jeirt_ray.model.train import fit
 
 
@@ -43,7 +43,7 @@ def main():
                 "ray_workers_2": lambda: ray_fit(*data, workers=2, storage=storage, name="w2", progress=False)}
         for name, run in runs.items():
             r = run()
-            space = Space([r.module], config, prep.encoder_id, prep.X.shape[1], prep.data.models.tolist())
+            space = CoreSpace([r.module], config, prep.encoder_id, prep.X.shape[1], prep.data.models.tolist())
             metrics = binary_metrics(pair_probs(space.predict_proba(prep.X[rows]), rows, test), test.y.numpy())
             results[name] = {**metrics, "best_val_loss": r.best_val_loss, "epochs": r.epochs, "seconds": r.seconds}
             print(name, results[name], flush=True)

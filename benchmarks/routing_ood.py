@@ -21,16 +21,18 @@ from __future__ import annotations
 import numpy as np
 
 from _common import dataset_path, parser, write_json
-from jeirt_ray import paths
+from jeirt_ray.core import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.data.splits import Split, assign_parts
 from jeirt_ray.distributed import init_ray
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.evaluation import predictors
-from jeirt_ray.experiment import prepare
-from jeirt_ray.routing.evaluate import available_argmax, baseline_routers, routed_labels
-from jeirt_ray.routing.policies import SignalBuilder, candidate_policies, select_policy, tune_routing
-from jeirt_ray.selection import SearchSettings
+from jeirt_ray.distributed.tune import run_search
+from jeirt_ray.experiments.methods import predictors
+from jeirt_ray.experiments.prepare import prepare
+from jeirt_ray.routing.outcomes import available_argmax, baseline_routers, routed_labels
+from jeirt_ray.routing.policies import SignalBuilder, candidate_policies, select_policy
+from jeirt_ray.experiments.routing_choice import tune_routing
+from jeirt_ray.experiments.selection import SearchSettings
 
 ROUTERS = ("router", "router_id_only", "jeirt_argmax", "mf_argmax", "knn_argmax", "best_average")
 
@@ -59,7 +61,8 @@ def fold(data, encoder, bench: str, args) -> dict[str, dict[str, np.ndarray]]:
     val_rows, val_labels = labelled(prep.split.questions(1), L)
     kw = {"members": args.members}
     if args.search:
-        kw |= {"search": SearchSettings(members=args.members), "search_storage": paths.home() / "search"}
+        kw |= {"search": SearchSettings(members=args.members), "search_storage": paths.home() / "search",
+              "search_fn": run_search}
     probs, space = {}, None
     for name, predict, _, info in predictors(prep, ("jeirt", "mf", "knn"), progress=False, **kw):
         probs[name] = {part: predict(rows) for part, (rows, _) in parts.items()}

@@ -20,18 +20,19 @@ import json
 import numpy as np
 
 from _common import dataset_path, parser, write_json
-from jeirt_ray import paths
+from jeirt_ray.core import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.distributed import init_ray
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.evaluation import predictors
-from jeirt_ray.experiment import prepare
+from jeirt_ray.distributed.tune import run_search
+from jeirt_ray.experiments.methods import predictors
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.routing.costs import cost_curve
-from jeirt_ray.routing.evaluate import (available_argmax, baseline_routers, bootstrap_ci,
+from jeirt_ray.routing.outcomes import (available_argmax, baseline_routers, bootstrap_ci,
                                         routed_labels)
-from jeirt_ray.routing.policies import (Policy, SignalBuilder, candidate_policies, policy_accuracy, select_policy,
-                                       tune_routing)
-from jeirt_ray.selection import SearchSettings
+from jeirt_ray.routing.policies import Policy, SignalBuilder, candidate_policies, policy_accuracy, select_policy
+from jeirt_ray.experiments.routing_choice import tune_routing
+from jeirt_ray.experiments.selection import SearchSettings
 
 
 def main():
@@ -55,7 +56,8 @@ def main():
     kw = {"members": args.members} if args.members else {}
     if not args.fixed:
         init_ray(log_to_driver=False)
-        kw |= {"search": SearchSettings(**kw), "search_storage": paths.home() / "search"}
+        kw |= {"search": SearchSettings(**kw), "search_storage": paths.home() / "search",
+              "search_fn": run_search}
     probs, space = {}, None
     for name, predict, seconds, info in predictors(prep, ("jeirt", "mf", "knn"), progress=False, **kw):
         probs[name] = {part: predict(rows) for part, (rows, _) in parts.items()}

@@ -18,11 +18,11 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from _common import dataset_path, parser, write_json
-from jeirt_ray import paths
+from jeirt_ray.core import paths
 from jeirt_ray.data import load_data
 from jeirt_ray.encoders import make_encoder
-from jeirt_ray.selection import fixed_config
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.selection import fixed_config
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.modules import JEIRT
 from jeirt_ray.model.train import fit, pair_logits
 

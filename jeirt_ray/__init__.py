@@ -19,18 +19,21 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Space": "api", "Registry": "api",
-    "ResponseData": "data", "Split": "data", "DataError": "data",
-    "Imported": "pipeline", "load_data": "pipeline", "import_results": "pipeline", "prepare": "pipeline",
-    "train": "pipeline", "evaluate": "pipeline", "register": "pipeline", "demo": "pipeline", "report": "pipeline",
+    "Space": "api.space", "Registry": "api.space",
+    "ResponseData": "data", "Split": "data", "DataError": "data", "Prepared": "experiments.prepare",
+    "RouteDecision": "routing.decisions",
+    "Imported": "api.jobs", "load_data": "api.jobs", "import_results": "api.jobs", "prepare": "api.jobs",
+    "train": "api.jobs", "evaluate": "api.jobs", "register": "api.jobs", "demo": "api.jobs", "report": "api.jobs",
 }
-__all__ = ["Space", "Registry", "ResponseData", "Split", "DataError", "Imported", "load_data", "import_results",
-           "prepare", "train", "evaluate", "register", "demo", "report", "__version__"]
+__all__ = ["Space", "Registry", "ResponseData", "Split", "DataError", "Prepared", "RouteDecision", "Imported",
+           "load_data", "import_results", "prepare", "train", "evaluate", "register", "demo", "report", "__version__"]
 
 if TYPE_CHECKING:  # for type checkers and the API reference
-    from .api import Registry, Space
+    from .api.space import Registry, Space
     from .data import DataError, ResponseData, Split
-    from .pipeline import Imported, demo, evaluate, import_results, load_data, prepare, register, report, train
+    from .experiments.prepare import Prepared
+    from .routing.decisions import RouteDecision
+    from .api.jobs import Imported, demo, evaluate, import_results, load_data, prepare, register, report, train
 
 
 def __getattr__(name: str):

@@ -125,10 +125,10 @@ def serving(space, name: str, home: Path, *, token: str | None = None, edit=None
     """`space` registered as models:/<name>@champion in a registry under `home`, served with
     local.yaml (see local_serve_config) on a local Ray cluster of 2 CPUs (more ray.init arguments
     in `ray_init`); yields the base URL."""
-    from jeirt_ray.registry import Registry
+    from jeirt_ray.tracking.registry import SpaceRegistry
     from jeirt_ray.serving.deploy import deploy, load_config
     with registry_env(home, token):
-        reg = Registry()
+        reg = SpaceRegistry()
         reg.promote(name, reg.register(space, name), "champion")
         path = local_serve_config(home / "serve.yaml", edit, cpus, model=name, **args)
         with local_ray(**(ray_init or {})):

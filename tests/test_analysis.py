@@ -78,8 +78,8 @@ def test_order_flips_across_benchmarks():
 def test_report_on_synthetic_data(tmp_path, synthetic):
     from jeirt_ray.analysis.report import STUDIES, run_report
     from jeirt_ray.encoders import HashingEncoder
-    from jeirt_ray.evaluation import train_space
-    from jeirt_ray.experiment import prepare
+    from jeirt_ray.experiments.methods import train_space
+    from jeirt_ray.experiments.prepare import prepare
     from jeirt_ray.model.train import TrainConfig
     prep = prepare(synthetic, HashingEncoder(384), progress=False)
     space = train_space(prep, TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=60), members=1, progress=False)

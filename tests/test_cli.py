@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from jeirt_ray.cli import app
+from jeirt_ray.cli.main import app
 
 runner = CliRunner()
 
@@ -52,8 +52,8 @@ def test_demo_main_job(tmp_path, monkeypatch):
     registration and promotion."""
     import numpy as np
 
-    from jeirt_ray.model.space import Space
-    from jeirt_ray.registry import Registry
+    from jeirt_ray.model.space import CoreSpace
+    from jeirt_ray.tracking.registry import SpaceRegistry
     monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     r = runner.invoke(app, ["demo", "--encoder", "hashing", "--trials", "4"])
@@ -64,9 +64,9 @@ def test_demo_main_job(tmp_path, monkeypatch):
     assert set(res) == {"jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl", "truth"}
     assert res["truth"]["test_accuracy"] > res["majority"]["test_accuracy"]
     assert res["jeirt"]["search"]["settings"]["trials"] == res["mf"]["search"]["settings"]["trials"] == 4
-    space = Space.load(tmp_path / "demo" / "space")
+    space = CoreSpace.load(tmp_path / "demo" / "space")
     assert 1 <= len(space.members) <= 5 and space.metadata["recipe"] == "searched"
-    champion = Registry().load("models:/demo@champion")
+    champion = SpaceRegistry().load("models:/demo@champion")
     x = np.random.default_rng(0).normal(size=(5, space.in_dim)).astype(np.float32)
     assert np.array_equal(champion.predict_proba(x), space.predict_proba(x))
 

@@ -130,7 +130,7 @@ def test_search_finishes_every_trial_when_a_node_is_lost(dataset, home):
 
 
 def test_encode_completes_once_per_question_when_a_node_is_lost(tmp_path, tiny_encoder, home):
-    """`jeirt encode --ray 3` with the node running an encoder replica removed mid-encode: the
+    """`jeirt encode --replicas 3` with the node running an encoder replica removed mid-encode: the
     encode completes, every question is cached exactly once, every shard reads back."""
     import pandas as pd
 
@@ -148,7 +148,7 @@ def test_encode_completes_once_per_question_when_a_node_is_lost(tmp_path, tiny_e
     cache = EmbeddingCache(home / "cache", make_encoder(str(tiny_encoder)).encoder_id).directory
     with nodes(head_cpus=1, workers=1, worker_cpus=1) as c:
         start = time.perf_counter()
-        proc = c.jeirt("encode", "--data", data, "--encoder", tiny_encoder, "--ray", 3, "--batch-size", 16)
+        proc = c.jeirt("encode", "--data", data, "--encoder", tiny_encoder, "--replicas", 3, "--batch-size", 16)
         ray.init(address=c.address, log_to_driver=False)
         lost = c.workers[0]
         _wait(lambda: proc.poll() is not None or (_actors_on(lost.node_id, "MapWorker") and any(cache.glob("*.parquet"))),
@@ -173,13 +173,13 @@ def test_encode_completes_once_per_question_when_a_node_is_lost(tmp_path, tiny_e
 def _register_space(name: str) -> None:
     from jeirt_ray.data.synthetic import generate
     from jeirt_ray.encoders import HashingEncoder
-    from jeirt_ray.evaluation import train_space
-    from jeirt_ray.experiment import prepare
+    from jeirt_ray.experiments.methods import train_space
+    from jeirt_ray.experiments.prepare import prepare
     from jeirt_ray.model.train import TrainConfig
-    from jeirt_ray.registry import Registry
+    from jeirt_ray.tracking.registry import SpaceRegistry
     prep = prepare(generate(n_models=12, n_questions=300, seed=1), HashingEncoder(384), progress=False)
     space = train_space(prep, TrainConfig(kind="jeirt", dim=16, max_epochs=5), members=1, progress=False)
-    reg = Registry()
+    reg = SpaceRegistry()
     reg.promote(name, reg.register(space, name), "champion")
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from jeirt_ray.encoders import HashingEncoder
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig, fit
 
 ray = pytest.importorskip("ray")

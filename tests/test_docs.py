@@ -43,7 +43,7 @@ def test_site_builds_strict(tmp_path):
     cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
     assert "jeirt train" in cli and "--split" in cli  # generated from the Typer app
     api = (tmp_path / "site" / "reference" / "python" / "index.html").read_text()
-    assert "jeirt_ray.api.Space.route" in api and "P(correct) of every LLM" in api  # from the docstrings
+    assert "jeirt_ray.api.space.Space.route" in api and "P(correct) of every LLM" in api  # from the docstrings
 
 
 def test_committed_openapi_is_the_declared_one():

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from jeirt_ray.encoders import HashingEncoder
-from jeirt_ray.evaluation import train_space
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
 from jeirt_ray.serving.explorer import llm_table, space_map
 

@@ -11,13 +11,13 @@ import torch
 from jeirt_ray.data.synthetic import generate
 from jeirt_ray.encoders import make_encoder
 from jeirt_ray.encoders.hidden import bottom_states, cached_bottom_states
-from jeirt_ray.evaluation import train_space
-from jeirt_ray.experiment import prepare_finetuned
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare_finetuned
 from jeirt_ray.model.finetune import EncoderTop, FinetuneSettings, build, finetune_encoder, parse_layers
-from jeirt_ray.model.space import Space
+from jeirt_ray.model.space import CoreSpace
 from jeirt_ray.model.token_states import TokenStates
 from jeirt_ray.model.train import Pairs, TrainConfig, fit
-from jeirt_ray.selection import fixed_config
+from jeirt_ray.experiments.selection import fixed_config
 
 from .conftest import local_ray, local_serve_config, registry_env
 
@@ -60,7 +60,7 @@ def test_finetuned_space_saves_and_reloads_with_its_encoder(tuned, data, tiny_en
     space = train_space(tuned, HEAD, members=1, progress=False)
     assert space.encoder_dir == tuned.encoder_dir and space.metadata["finetune"]["kind"] == "jeirt"
     space.save(tmp_path / "space")
-    loaded = Space.load(tmp_path / "space")
+    loaded = CoreSpace.load(tmp_path / "space")
     assert Path(loaded.encoder_dir) == tmp_path / "space" / "encoder"
     again = make_encoder(loaded.encoder_dir)
     assert again.encoder_id == space.encoder_id
@@ -125,10 +125,10 @@ def test_serve_routes_with_the_spaces_own_encoder(cluster, tuned):
     import httpx
     from ray import serve
 
-    from jeirt_ray.registry import Registry
+    from jeirt_ray.tracking.registry import SpaceRegistry
     from jeirt_ray.serving.deploy import check_registry, deploy, load_config
     space = train_space(tuned, HEAD, members=1, progress=False)
-    reg = Registry()
+    reg = SpaceRegistry()
     reg.promote("ft", reg.register(space, "ft"), "champion")
     path = local_serve_config(cluster / "serve.yaml", model="ft", encoder="hashing")
     with pytest.raises(LookupError, match="set args.encoder to models:/ft@champion"):

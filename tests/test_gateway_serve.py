@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from jeirt_ray.encoders import HashingEncoder
-from jeirt_ray.evaluation import train_space
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
 
 from .conftest import free_port, serving

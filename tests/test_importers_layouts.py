@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from jeirt_ray.cli import app
+from jeirt_ray.cli.main import app
 from jeirt_ray.data import DataError, load_data
 from jeirt_ray.data.importers import import_results
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jeirt_ray.manifests import (check_all, check_hardening, check_serve_config, check_service_resilience,
+from jeirt_ray.serving.manifests import (check_all, check_hardening, check_serve_config, check_service_resilience,
                                  crd_schemas, load_docs, pod_specs, ray_versions, validate_doc)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,10 +3,10 @@ import pytest
 import torch
 
 from jeirt_ray.encoders import HashingEncoder
-from jeirt_ray.evaluation import evaluate, train_space
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.methods import score_methods, train_space
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.modules import JEIRT, build_module
-from jeirt_ray.model.space import Space
+from jeirt_ray.model.space import CoreSpace
 from jeirt_ray.model.train import Pairs, QuestionBatcher, TrainConfig, TrainState, fit
 
 FAST = TrainConfig(kind="jeirt", dim=8, lr=3e-3, input_dropout=0.3, max_epochs=300, patience=20)
@@ -100,7 +100,7 @@ def test_early_stopping_keeps_best(prep):
 
 def test_space_roundtrip(space, prep, tmp_path):
     space.save(tmp_path / "s")
-    again = Space.load(tmp_path / "s")
+    again = CoreSpace.load(tmp_path / "s")
     x = prep.X[:40]
     assert np.array_equal(space.predict_proba(x), again.predict_proba(x))
     assert again.model_names == space.model_names and again.encoder_id == "hashing-256"
@@ -149,7 +149,7 @@ def test_sharded_batches_are_disjoint_and_equal_in_number(prep):
 
 
 def test_evaluate_all_methods(prep):
-    res = evaluate(prep, jeirt_config=FAST, members=1, progress=False)
+    res = score_methods(prep, jeirt_config=FAST, members=1, progress=False)
     assert set(res) == {"jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl", "truth"}
     for r in res.values():
         assert {"test_accuracy", "auc", "log_loss", "train_seconds"} <= set(r)
@@ -170,6 +170,6 @@ def test_real_theoremqa_jeirt_beats_majority():
     data = load_data(shared_dataset("theoremqa"))
     prep = prepare(data, HashingEncoder(384), seed=0, progress=False)
     cfg = TrainConfig(kind="jeirt", dim=64, input_dropout=0.5, lr=1e-3)
-    res = evaluate(prep, ("jeirt", "majority"), jeirt_config=cfg, members=2, progress=False)
+    res = score_methods(prep, ("jeirt", "majority"), jeirt_config=cfg, members=2, progress=False)
     assert res["jeirt"]["log_loss"] < res["majority"]["log_loss"]
     assert res["jeirt"]["auc"] > res["majority"]["auc"] + 0.01

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from jeirt_ray.encoders import HashingEncoder
-from jeirt_ray.evaluation import train_space
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
 
 pytest.importorskip("mlflow")
@@ -18,8 +18,8 @@ def registry(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("JEIRT_HOME", str(home))
-        from jeirt_ray.registry import Registry
-        yield Registry(f"sqlite:///{home / 'mlflow.db'}")
+        from jeirt_ray.tracking.registry import SpaceRegistry
+        yield SpaceRegistry(f"sqlite:///{home / 'mlflow.db'}")
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +66,10 @@ import os, signal, sys
 from mlflow import MlflowClient
 from jeirt_ray.data.synthetic import generate
 from jeirt_ray.encoders import HashingEncoder
-from jeirt_ray.evaluation import train_space
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
-from jeirt_ray.registry import Registry
+from jeirt_ray.tracking.registry import SpaceRegistry
 
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
@@ -88,7 +88,7 @@ prep = prepare(generate(n_models=6, n_questions=200), HashingEncoder(64), progre
 if where == "training":
     import threading; threading.Timer(0.5, die).start()
 space = train_space(prep, TrainConfig(kind="jeirt", dim=4, max_epochs=2000, patience=2000), members=1, progress=False)
-Registry(sys.argv[1]).register(space, "killed")
+SpaceRegistry(sys.argv[1]).register(space, "killed")
 """
 
 
@@ -97,12 +97,12 @@ def test_a_register_killed_midway_leaves_no_half_registered_version(tmp_path, wh
     """SIGKILL during training, halfway through uploading the space, and just before the version
     is created: no version of the name exists afterwards, and the next register gives version 1."""
     from jeirt_ray.data.synthetic import generate
-    from jeirt_ray.registry import Registry
+    from jeirt_ray.tracking.registry import SpaceRegistry
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run = subprocess.run([sys.executable, "-c", KILLED_REGISTER, uri, where], capture_output=True, text=True,
                          timeout=300, env={**os.environ, "JEIRT_HOME": str(tmp_path)})
     assert run.returncode == -9, run.stderr[-2000:]
-    registry = Registry(uri)
+    registry = SpaceRegistry(uri)
     try:
         versions = registry.versions("killed")
     except LookupError:

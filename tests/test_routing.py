@@ -4,14 +4,13 @@ import numpy as np
 import pytest
 
 from jeirt_ray.encoders import HashingEncoder
-from jeirt_ray.evaluation import train_space
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
 from jeirt_ray.routing.costs import cost_curve
-from jeirt_ray.routing.evaluate import (available_argmax, baseline_routers, bootstrap_ci, routed_labels,
+from jeirt_ray.routing.outcomes import (available_argmax, baseline_routers, bootstrap_ci, routed_labels,
                                         train_rates)
-from jeirt_ray.routing.policies import (Policy, RoutingSignals, SignalBuilder, candidate_policies,
-                                        policy_accuracy, select_policy)
+from jeirt_ray.routing.policies import Policy, RoutingSignals, SignalBuilder, candidate_policies, policy_accuracy, select_policy
 
 NAN = np.nan
 
@@ -141,14 +140,14 @@ def test_tuned_policy_travels_with_the_space(routed, tmp_path):
     signals of new queries equal those of a builder fitted on the dataset, and the local signal
     is the KNN baseline's estimate."""
     from jeirt_ray.model.baselines import KNN
-    from jeirt_ray.model.space import Space
-    from jeirt_ray.routing.policies import tune_routing
+    from jeirt_ray.model.space import CoreSpace
+    from jeirt_ray.experiments.routing_choice import tune_routing
     prep, space = routed
     untouched = dict(space.metadata)
     space, policy, table = tune_routing(space, prep)
     assert space.metadata["routing_policy"]["name"] == policy.name and len(table) > 10
     assert routed[1].metadata == untouched and not routed[1].routing  # the given space is unchanged
-    loaded = Space.load(space.save(tmp_path / "s"))
+    loaded = CoreSpace.load(space.save(tmp_path / "s"))
     builder = SignalBuilder.from_arrays(loaded.routing, loaded.metadata["routing_policy"]["benchmarks"])
     rows = prep.split.questions(2)[:50]
     p = space.predict_proba(prep.X[rows])
@@ -177,8 +176,8 @@ def test_tune_routing_with_benchmarks_absent_from_training(routed, unseen):
     """A user's own split may leave benchmarks with no training question (present only among
     validation/test questions): the topic signal covers the benchmarks it was trained on, and
     choosing and serving the policy work (this crashed with a core-dimension mismatch)."""
-    from jeirt_ray.experiment import Prepared
-    from jeirt_ray.routing.policies import tune_routing
+    from jeirt_ray.experiments.prepare import Prepared
+    from jeirt_ray.experiments.routing_choice import tune_routing
     prep, space = routed
     held = np.flatnonzero(prep.split.question_part > 0)[:200]
     benchmarks = prep.data.benchmarks.astype(object).copy()

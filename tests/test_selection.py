@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from jeirt_ray.encoders import HashingEncoder
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
-from jeirt_ray.selection import (SearchSettings, default_trials, ensemble_members, question_batches, rank_trials,
+from jeirt_ray.experiments.selection import (SearchSettings, default_trials, ensemble_members, question_batches, rank_trials,
                                  search_space)
 
 
@@ -58,7 +58,7 @@ def test_search_finds_the_planted_region(ray_cluster, prep, tmp_path):
     dimension cannot hold them, so every trial with dim 1 must lose to the trials with dim 16,
     whatever the other (random) settings."""
     from jeirt_ray.distributed.tune import run_search
-    from jeirt_ray.selection import Domain
+    from jeirt_ray.experiments.selection import Domain
     space = {"dim": Domain(choice=[1, 16]), "lr": Domain(loguniform=(2e-3, 5e-3)),
              "dropout": Domain(uniform=(0.0, 0.2))}
     settings = SearchSettings(trials=8, max_epochs=30, grace_period=5, members=3, seed=3)
@@ -77,12 +77,14 @@ def test_search_finds_the_planted_region(ray_cluster, prep, tmp_path):
 def test_evaluate_searches_both_methods_with_one_budget_and_logs_trials(ray_cluster, prep, tmp_path):
     from mlflow import MlflowClient
 
-    from jeirt_ray.evaluation import evaluate
-    from jeirt_ray.model.space import Space
+    from jeirt_ray.distributed.tune import run_search
+    from jeirt_ray.experiments.methods import score_methods
+    from jeirt_ray.model.space import CoreSpace
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spaces: dict = {}
-    res = evaluate(prep, ("jeirt", "mf", "majority"), spaces=spaces, search=SearchSettings(trials=6, max_epochs=20),
-                   search_storage=tmp_path / "s", tracking_uri=uri, progress=False)
+    res = score_methods(prep, ("jeirt", "mf", "majority"), spaces=spaces,
+                        search=SearchSettings(trials=6, max_epochs=20), search_fn=run_search,
+                        search_storage=tmp_path / "s", tracking_uri=uri, progress=False)
     assert set(res) == {"jeirt", "mf", "majority", "truth"}
     for kind in ("jeirt", "mf"):
         search = res[kind]["search"]
@@ -99,7 +101,7 @@ def test_evaluate_searches_both_methods_with_one_budget_and_logs_trials(ray_clus
     losses = [m["best_val_loss"] for m in space.metadata["members"]]
     assert losses == sorted(losses) and len(losses) == len(space.members)  # the best trials, best first
     # members of different configurations save and load to identical predictions
-    loaded = Space.load(space.save(tmp_path / "space"))
+    loaded = CoreSpace.load(space.save(tmp_path / "space"))
     x = prep.X[:20]
     assert np.array_equal(loaded.predict_proba(x), space.predict_proba(x))
     assert json.loads((tmp_path / "space" / "space.json").read_text())["metadata"]["recipe"] == "searched"

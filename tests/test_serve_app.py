@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from jeirt_ray.encoders import HashingEncoder
-from jeirt_ray.evaluation import train_space
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
 
 from .conftest import free_port, local_ray, registry_env
@@ -30,12 +30,12 @@ TOKEN = "test-token"
 def registry(tmp_path_factory, synthetic):
     """A registered space (hashing encoder) as models:/serve-test@champion, and the environment
     that the Serve replicas inherit (set before the module's Ray cluster starts)."""
-    from jeirt_ray.registry import Registry
+    from jeirt_ray.tracking.registry import SpaceRegistry
     with registry_env(tmp_path_factory.mktemp("serve"), TOKEN):
         prep = prepare(synthetic, HashingEncoder(384), progress=False)
         space = train_space(prep, TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=40), members=1,
                             progress=False)
-        reg = Registry()
+        reg = SpaceRegistry()
         reg.promote(NAME, reg.register(space, NAME), "champion")
         yield reg, space, prep
 
@@ -233,8 +233,8 @@ def test_onboard_promote_is_picked_up_live_and_a_bad_version_is_not(service, reg
 def broken_champion(reg, good: str, service: str):
     """@champion on a version trained on another encoder (hashing-999) for the duration, then back
     on version `good` and every replica healthy again, so that no other test meets a broken alias."""
-    from jeirt_ray.model.space import Space
-    broken = dataclasses.replace(Space.load(reg.download(f"models:/{NAME}/{good}")), encoder_id="hashing-999")
+    from jeirt_ray.model.space import CoreSpace
+    broken = dataclasses.replace(CoreSpace.load(reg.download(f"models:/{NAME}/{good}")), encoder_id="hashing-999")
     reg.promote(NAME, reg.register(broken, NAME), "champion")
     try:
         yield

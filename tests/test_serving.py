@@ -8,11 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from jeirt_ray.encoders import HashingEncoder
-from jeirt_ray.evaluation import train_space
-from jeirt_ray.experiment import prepare
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.onboarding import fit_row, onboard
 from jeirt_ray.model.train import TrainConfig
-from jeirt_ray.routing.router import RequestError, Router
+from jeirt_ray.routing.router import RequestError, SpaceRouter
 from jeirt_ray.serving.schemas import OnboardRequest, RouteRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,9 +32,10 @@ def space(prep):
 def test_tuned_policy_routes_as_evaluated(space, prep):
     """The default policy applies what tune_routing chose on validation, with the same signals,
     and respects a candidate list; without a stored policy it is the argmax."""
-    from jeirt_ray.routing.policies import SignalBuilder, tune_routing
+    from jeirt_ray.routing.policies import SignalBuilder
+    from jeirt_ray.experiments.routing_choice import tune_routing
     tuned, policy, _ = tune_routing(space, prep)
-    core = Router(tuned)
+    core = SpaceRouter(tuned)
     x = prep.X[prep.split.questions(2)[:40]]
     builder = SignalBuilder.from_arrays(tuned.routing, tuned.metadata["routing_policy"]["benchmarks"])
     expected = policy.choose(builder.build(tuned.predict_proba(x), x), np.ones((len(x), len(tuned.model_names)), bool))
@@ -46,7 +47,7 @@ def test_tuned_policy_routes_as_evaluated(space, prep):
 
 
 def test_most_likely_is_the_argmax_and_top_k(space, prep):
-    core = Router(space)
+    core = SpaceRouter(space)
     x = prep.X[:7]
     res = core.route(x, top_k=3)
     probs = space.predict_proba(x)
@@ -59,7 +60,7 @@ def test_most_likely_is_the_argmax_and_top_k(space, prep):
 def test_cost_policies_and_budget(space, prep):
     names = space.model_names
     costs = {n: float(i + 1) for i, n in enumerate(names)}  # names[0] cheapest
-    core = Router(space, costs)
+    core = SpaceRouter(space, costs)
     x = prep.X[:5]
     probs = space.predict_proba(x)
     heavy = core.route(x, policy="cost_weighted", cost_weight=100.0)
@@ -75,17 +76,17 @@ def test_cost_policies_and_budget(space, prep):
 
 
 def test_route_errors_name_the_problem(space, prep):
-    core = Router(space)
+    core = SpaceRouter(space)
     with pytest.raises(RequestError, match=r"unknown candidate LLM\(s\) \['gpt-9'\]"):
         core.route(prep.X[:1], candidates=["gpt-9"])
     with pytest.raises(RequestError, match="need a cost table"):
         core.route(prep.X[:1], policy="cost_weighted")
     with pytest.raises(ValueError, match="no price for"):
-        Router(space, {space.model_names[0]: 1.0})
+        SpaceRouter(space, {space.model_names[0]: 1.0})
 
 
 def test_nearest_benchmark_of_training_questions(space, prep):
-    core = Router(space)
+    core = SpaceRouter(space)
     rows = np.arange(0, len(prep.X), 37)
     res = core.route(prep.X[rows])
     hits = np.mean([r["nearest_benchmark"] == prep.data.benchmarks[i] for r, i in zip(res, rows)])

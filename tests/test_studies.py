@@ -73,8 +73,8 @@ def _three_benchmarks(seed=0, n_models=16, per_bench=100):
 def test_leave_one_benchmark_out_finds_the_unaligned_benchmark(tmp_path):
     from jeirt_ray.analysis.report import run_report
     from jeirt_ray.encoders import HashingEncoder
-    from jeirt_ray.evaluation import train_space
-    from jeirt_ray.experiment import prepare
+    from jeirt_ray.experiments.methods import train_space
+    from jeirt_ray.experiments.prepare import prepare
     from jeirt_ray.model.train import TrainConfig
     prep = prepare(_three_benchmarks(), HashingEncoder(64), progress=False)
     main = train_space(prep, TrainConfig(kind="jeirt", dim=8, lr=3e-3, max_epochs=40), members=1, progress=False)
@@ -93,8 +93,8 @@ def test_onboarding_curve_approaches_joint_training(synthetic):
 
     from jeirt_ray.analysis.onboarding_curve import onboarding_curve
     from jeirt_ray.encoders import HashingEncoder
-    from jeirt_ray.evaluation import train_space
-    from jeirt_ray.experiment import prepare
+    from jeirt_ray.experiments.methods import train_space
+    from jeirt_ray.experiments.prepare import prepare
     from jeirt_ray.model.train import TrainConfig
     prep = prepare(synthetic, HashingEncoder(384), progress=False)
     config = TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=60)

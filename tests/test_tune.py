@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from jeirt_ray.cli import app
+from jeirt_ray.cli.main import app
 from jeirt_ray.distributed.sweep import SweepConfig
 
 ROOT = Path(__file__).resolve().parents[1]

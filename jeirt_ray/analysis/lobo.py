@@ -19,9 +19,9 @@ from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
 from ..data import split_leave_benchmark_out
-from ..experiment import Prepared
+from ..experiments.prepare import Prepared
 from ..model.metrics import binary_metrics
-from ..model.space import Space
+from ..model.space import CoreSpace
 
 
 def mean_directions(directions: np.ndarray, groups: np.ndarray) -> dict[str, np.ndarray]:
@@ -43,7 +43,7 @@ def alignment(directions: np.ndarray, groups: np.ndarray, left_out: str) -> dict
     return {"max": cos[nearest], "nearest": nearest, "cosines": cos}
 
 
-def leave_one_benchmark_out(prep: Prepared, main: Space, train_space_fn: Callable[[Prepared], Space],
+def leave_one_benchmark_out(prep: Prepared, main: CoreSpace, train_space_fn: Callable[[Prepared], CoreSpace],
                             benchmarks: list[str] | None = None, progress: bool = True) -> dict:
     """Per benchmark: accuracy of `main` and of a space trained without the benchmark on its test
     pairs, the drop, the alignment; and the Spearman correlation of alignment with drop.

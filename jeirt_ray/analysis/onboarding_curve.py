@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..experiment import Prepared
+from ..experiments.prepare import Prepared
 from ..model.metrics import binary_metrics
 from ..model.onboarding import onboard
-from ..model.space import Space
+from ..model.space import CoreSpace
 
 FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
 
 
-def adaptive_selection(space: Space, name: str, X: np.ndarray, q_of: np.ndarray, labels: np.ndarray,
+def adaptive_selection(space: CoreSpace, name: str, X: np.ndarray, q_of: np.ndarray, labels: np.ndarray,
                        pool: np.ndarray, size: int, rng: np.random.Generator, rounds: int = 4,
                        prior: str = "population") -> np.ndarray:
     """Response indices chosen adaptively from `pool`: a random 1% (at least 5), then `rounds`
@@ -38,7 +38,7 @@ def adaptive_selection(space: Space, name: str, X: np.ndarray, q_of: np.ndarray,
     return np.array(chosen[:size])
 
 
-def onboarding_curve(prep: Prepared, joint: Space, blind: Space, heldout: list[str], rng: np.random.Generator,
+def onboarding_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: list[str], rng: np.random.Generator,
                      fractions=FRACTIONS, adaptive: bool = True, responses: tuple[int, ...] | None = None,
                      prior: str = "population") -> dict:
     """Per held-out LLM and budget: test accuracy after onboarding (random and adaptive
@@ -56,7 +56,7 @@ def onboarding_curve(prep: Prepared, joint: Space, blind: Space, heldout: list[s
             continue
         x_test, y_test = prep.X[data.q_idx[te]], data.labels[te]
 
-        def accuracy(space: Space) -> float:
+        def accuracy(space: CoreSpace) -> float:
             return binary_metrics(space.predict_proba(x_test)[:, m], y_test)["test_accuracy"]
 
         row = {"model": name, "train_responses": int(len(pool)), "test_responses": int(te.sum()),

@@ -5,6 +5,7 @@ Every check names the file, the row (1-based, header excluded), the column and t
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +22,7 @@ RESPONSE_COLUMNS = ("model", "question_id", "label")
 EMBEDLLM_COLUMNS = ("prompt_id", "prompt", "model_id", "model_name", "label", "category_id", "category")
 EMBEDLLM_FILES = ("train.csv", "val.csv", "test.csv")
 DuplicateRule = Literal["mean", "first", "last", "max", "error"]
+log = logging.getLogger("jeirt.data")
 
 
 def _require_columns(df: pd.DataFrame, columns: tuple[str, ...], file: str) -> None:
@@ -93,21 +95,31 @@ def validate_responses(df: pd.DataFrame, known_questions: pd.Index, file: str) -
 
 
 def _find(directory: Path, stem: str) -> Path:
-    for suffix in (".parquet", ".csv.gz", ".csv"):
-        p = directory / f"{stem}{suffix}"
-        if p.exists():
-            return p
-    raise DataError(f"no {stem}.parquet, {stem}.csv.gz or {stem}.csv in this folder", file=str(directory))
+    found = [directory / f"{stem}{s}" for s in (".parquet", ".csv.gz", ".csv") if (directory / f"{stem}{s}").exists()]
+    if len(found) > 1:
+        raise DataError(f"{len(found)} files of one table: {', '.join(p.name for p in found)}; keep one (jeirt "
+                        f"would read only one of them)", file=str(directory))
+    if not found:
+        raise DataError(f"no {stem}.parquet, {stem}.csv.gz or {stem}.csv in this folder", file=str(directory))
+    return found[0]
+
+
+def _not_empty(df: pd.DataFrame, what: str, file: str) -> None:
+    if not len(df):
+        raise DataError(f"no {what}: the table has a header but no rows", file=file)
 
 
 def load_long_format(directory: str | Path, name: str | None = None) -> ResponseData:
     """A folder holding questions.{csv,csv.gz,parquet} and responses.{csv,csv.gz,parquet}."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise DataError("data folder not found", file=str(d))
+    d = _folder(directory)
     qfile, rfile = _find(d, "questions"), _find(d, "responses")
-    questions = validate_questions(read_table(qfile), str(qfile))
-    responses = validate_responses(read_table(rfile), pd.Index(questions["question_id"]), str(rfile))
+    qtable, rtable = read_table(qfile), read_table(rfile)
+    _require_columns(qtable, QUESTION_COLUMNS, str(qfile))
+    _require_columns(rtable, RESPONSE_COLUMNS, str(rfile))
+    _not_empty(qtable, "questions", str(qfile))
+    _not_empty(rtable, "responses", str(rfile))
+    questions = validate_questions(qtable, str(qfile))
+    responses = validate_responses(rtable, pd.Index(questions["question_id"]), str(rfile))
     return ResponseData.from_frames(questions, responses, name=name or d.resolve().name)
 
 
@@ -162,16 +174,39 @@ def load_embedllm(directory: str | Path, duplicates: DuplicateRule = "mean") -> 
 
 def load_data(path: str | Path, *, embedllm_duplicates: DuplicateRule = "mean") -> ResponseData:
     """Load a dataset folder in whichever supported format it holds: the long format, the
-    EmbedLLM CSVs, or (imported on the fly with the default choices of data/importers.py)
+    EmbedLLM CSVs, or (imported on the fly with the default choices of data/importers/)
     lm-evaluation-harness samples or HELM runs."""
-    d = Path(path)
+    d = _folder(path)
     if (d / "train.csv").exists() and not any(d.glob("questions.*")):
         return load_embedllm(d, embedllm_duplicates)
-    if d.is_dir() and not any(d.glob("questions.*")):
+    if not any(d.glob("questions.*")):
         fmt = detect_format(d)
         if fmt is not None:
-            return import_results(fmt, d, progress=False)[0]
+            data, report = import_results(fmt, d, progress=False)
+            _report_skipped(report, d, fmt)
+            return data
     return load_long_format(d)
+
+
+def _folder(path: str | Path) -> Path:
+    """The dataset folder, or a DataError that says what was given instead."""
+    d = Path(path)
+    if d.is_file():
+        raise DataError(f"is a file, not a dataset folder: give the folder that holds it ({d.parent}), with "
+                        f"questions.* and responses.* (or harness, HELM or EmbedLLM files)", file=str(d))
+    if not d.exists():
+        raise DataError("no such folder: give a dataset folder holding questions.* and responses.* (or harness, "
+                        "HELM or EmbedLLM files)", file=str(d))
+    return d
+
+
+def _report_skipped(report: dict, folder: Path, fmt: str) -> None:
+    """What an import on the fly left out, said on the `jeirt` logger (the CLI shows it)."""
+    skipped = report["skipped"]
+    if skipped:
+        log.warning("%s: %d item(s) skipped while reading the %s results, e.g. %s (`jeirt data import %s %s --out "
+                    "DIR` writes all of them to import_report.json)", folder, len(skipped), fmt, skipped[0], fmt,
+                    folder)
 
 
 def fetch_embedllm(target: str | Path) -> Path:

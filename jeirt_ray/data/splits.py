@@ -45,15 +45,44 @@ class Split:
         Path(path).write_text(json.dumps(self.to_json(data)))
 
     @classmethod
-    def load(cls, path: str | Path, data: ResponseData) -> "Split":
-        obj = json.loads(Path(path).read_text())
+    def load(cls, path: str | Path, data: ResponseData, partial: bool = False) -> "Split":
+        """A split.json that a run saved, for the same dataset (its fingerprint is checked)."""
+        from .errors import DataError
+        try:
+            obj = json.loads(Path(path).read_text(encoding="utf-8"))
+            lists = [obj[name] for name in ("train_questions", "val_questions", "test_questions")]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise DataError(f"not a split.json that jeirt saved ({type(e).__name__}: {e})", file=str(path)) from None
+        saved = obj.get("data_fingerprint")
+        if saved is not None and saved != data.fingerprint():
+            raise DataError(f"this split was saved for another dataset (fingerprint {saved}; {data.name} has "
+                            f"{data.fingerprint()}): pass a split made for this data, or none", file=str(path))
         part = np.full(data.n_questions, -1, dtype=np.int8)
         index = {q: i for i, q in enumerate(data.question_ids)}
-        for i, name in enumerate(("train_questions", "val_questions", "test_questions")):
-            part[[index[q] for q in obj[name]]] = i
-        if (part < 0).any() and obj["kind"] != "given":  # a user's own split may leave questions out
-            raise ValueError(f"{path}: split does not cover question {data.question_ids[part < 0][0]!r}")
-        return cls(obj["kind"], obj["seed"], part, obj.get("heldout_models", []), obj.get("info", {}))
+        for i, ids in enumerate(lists):
+            unknown = [q for q in ids if q not in index]
+            if unknown:
+                raise DataError(f"question_id not in the dataset {data.name}: the split belongs to other data",
+                                file=str(path), value=unknown[0])
+            part[[index[q] for q in ids]] = i
+        if (part < 0).any() and obj["kind"] != "given":
+            raise DataError(f"split does not cover question {data.question_ids[part < 0][0]!r}", file=str(path))
+        split = cls(obj["kind"], obj["seed"], part, obj.get("heldout_models", []), obj.get("info", {}))
+        if obj["kind"] == "given":
+            check_coverage(split, data, str(path), partial)
+        return split
+
+
+UNLISTED_FIX = "list them, or pass partial_split=True (--partial-split) to train and test on the listed ones only"
+
+
+def check_coverage(split: "Split", data: ResponseData, origin: str, partial: bool) -> None:
+    """A user's split that leaves questions out is refused unless `partial` (asked for)."""
+    from .errors import DataError
+    unlisted = int((split.question_part < 0).sum())
+    if unlisted and not partial:
+        raise DataError(f"the split lists {data.n_questions - unlisted} of the {data.n_questions} questions: "
+                        f"{unlisted} would take part in nothing; {UNLISTED_FIX}", file=origin)
 
 
 def assign_parts(n: int, fractions: tuple[float, float, float], rng: np.random.Generator) -> np.ndarray:
@@ -102,10 +131,11 @@ def split_leave_benchmark_out(data: ResponseData, benchmark: str, seed: int = 0,
 SPLIT_NAMES = {"train": 0, "val": 1, "validation": 1, "test": 2}
 
 
-def split_from_table(table, data: ResponseData, origin: str = "split table") -> Split:
+def split_from_table(table, data: ResponseData, origin: str = "split table", partial: bool = False) -> Split:
     """A user's own split: a DataFrame with columns `question_id` and `split` (train, val or
-    test; `validation` is read as val). Questions it does not list take part in nothing;
-    it must give at least one training and one validation question."""
+    test; `validation` is read as val). It must list every question, unless `partial`: then
+    the questions it does not list take part in nothing. It must give at least one training
+    and one validation question."""
     import pandas as pd
     from .errors import DataError
     missing = [c for c in ("question_id", "split") if c not in table.columns]
@@ -133,19 +163,22 @@ def split_from_table(table, data: ResponseData, origin: str = "split table") -> 
     for which, name in ((0, "train"), (1, "val")):
         if not (part == which).any():
             raise DataError(f"no {name} question: a split needs training and validation questions", file=origin)
-    return Split("given", 0, part, info={"source": origin, "unlisted_questions": int((part < 0).sum())})
+    split = Split("given", 0, part, info={"source": origin, "unlisted_questions": int((part < 0).sum())})
+    check_coverage(split, data, origin, partial)
+    return split
 
 
-def read_split(split, data: ResponseData) -> Split:
+def read_split(split, data: ResponseData, partial: bool = False) -> Split:
     """`split` as a Split; a DataFrame or a CSV/Parquet file of question_id,split; or a
-    split.json that a run saved."""
+    split.json that a run saved. A user's split that leaves questions out is refused unless
+    `partial` (then the unlisted questions take part in nothing)."""
     import pandas as pd
     if isinstance(split, Split):
         return split
     if isinstance(split, pd.DataFrame):
-        return split_from_table(split, data, "split table")
+        return split_from_table(split, data, "split table", partial)
     path = Path(split)
     if path.suffix == ".json":
-        return Split.load(path, data)
+        return Split.load(path, data, partial)
     from .tables import read_table
-    return split_from_table(read_table(path), data, str(path))
+    return split_from_table(read_table(path), data, str(path), partial)

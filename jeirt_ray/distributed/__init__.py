@@ -10,10 +10,10 @@ class RayUnavailable(RuntimeError):
 def init_ray(**kwargs) -> None:
     """Join the cluster at RAY_ADDRESS, or start a fresh local one (never attaches to a stranger's
     local cluster by accident: address "local" always starts a new instance). Under the CLI, Ray's
-    own lines go to the command's log file (jeirt_ray.logs)."""
+    own lines go to the command's log file (jeirt_ray.core.logs)."""
     import ray
 
-    from .. import logs
+    from ..core import logs
     logs.capture_libraries()
     if not ray.is_initialized():
         logs.divert_native_stderr()

@@ -39,7 +39,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..model.train import TrainConfig
-from ..selection import Domain
+from ..experiments.selection import Domain
 
 
 class Scheduler(BaseModel):
@@ -105,11 +105,11 @@ def run_sweep(sweep: SweepConfig, prep, *, storage: str | Path, tracking_uri: st
     """Run the sweep on the current Ray cluster through the one Tune driver (tune.run_search);
     returns a summary (trials with their test accuracy, the best by validation loss, the plot
     path, the registered version)."""
-    from ..evaluation import space_of
-    from ..experiment import pair_probs
+    from ..experiments.methods import space_of
+    from ..experiments.prepare import pair_probs
     from ..model.metrics import binary_metrics
-    from ..registry import Registry
-    from ..selection import SearchSettings
+    from ..tracking.registry import SpaceRegistry
+    from ..experiments.selection import SearchSettings
     from .tune import load_trial, run_search
 
     base = TrainConfig(**sweep.base)
@@ -121,7 +121,7 @@ def run_sweep(sweep: SweepConfig, prep, *, storage: str | Path, tracking_uri: st
                      space=sweep.search, base=sweep.base, workers=sweep.workers, gpus=sweep.gpus,
                      run_name=f"sweep-{sweep.name}", progress=progress)
     parent_run_id = res["mlflow_run_id"]
-    tracker = Registry(tracking_uri)
+    tracker = SpaceRegistry(tracking_uri)
     tracker.log_dict(parent_run_id, sweep.model_dump(mode="json", by_alias=True), "sweep.json")
     # test accuracy of every completed trial, from its saved weights: the sweep's plot is a study
     # of the test split; trials themselves never read it

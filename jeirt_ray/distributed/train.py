@@ -42,7 +42,7 @@ def load_state(directory: str | Path) -> TrainState:
 def _log_to_mlflow(mlflow_cfg: dict | None, row: dict, prefix: str) -> None:
     if not mlflow_cfg:
         return
-    from ..tracking import Tracker
+    from ..tracking.runs import Tracker
     Tracker(mlflow_cfg["tracking_uri"]).log(mlflow_cfg["run_id"], history=[row], prefix=prefix)
 
 

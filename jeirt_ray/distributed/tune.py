@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from ..model.metrics import binary_metrics
 from ..model.modules import build_module
 from ..model.train import FitResult, Pairs, TrainConfig, fit, pair_logits
-from ..selection import Domain, SearchSettings, base_config, default_trials, ensemble_members, search_space
+from ..experiments.selection import Domain, SearchSettings, base_config, default_trials, ensemble_members, search_space
 from . import quiet_tune, trial_bar
 
 
@@ -82,7 +82,7 @@ def _trial(params: dict, *, X, n_models, train, val, base: dict, report_at: list
     train_pairs, val_pairs = Pairs.from_numpy(*train), Pairs.from_numpy(*val)
     tracker = run_id = None
     if mlflow_cfg:
-        from ..tracking import Tracker
+        from ..tracking.runs import Tracker
         tracker = Tracker(mlflow_cfg["tracking_uri"])
         if workers is not None:  # Ray Train's rank 0 logs the epochs into it as they come
             run_id = tracker.new_run(f"trial-{trial_id}", mlflow_cfg["parent_run_id"])
@@ -143,7 +143,7 @@ def run_search(prep, kind: str, settings: SearchSettings, *, storage: str | Path
     storage = Path(storage).resolve() / f"{prep.data.name}-{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}"
     mlflow_cfg = None
     if tracking_uri:
-        from ..tracking import Tracker
+        from ..tracking.runs import Tracker
         tracker = Tracker(tracking_uri)
         parent_run_id = tracker.new_run(run_name or f"search-{prep.data.name}-{kind}")
         mlflow_cfg = {"tracking_uri": tracking_uri, "parent_run_id": parent_run_id}

@@ -44,7 +44,7 @@ def resolve(name_or_path: str) -> tuple[str, str]:
         raise RuntimeError(f"the bundled encoder at {path} is not the official all-MiniLM-L6-v2 "
                            f"(sha256 of model.safetensors differs); pass its path explicitly to use it anyway")
     if name_or_path in mpnet.NAMES:
-        from .. import paths
+        from ..core import paths
         path = mpnet.local_path(paths.home())
         return (str(path) if path else mpnet.OFFICIAL_NAME), f"st:{mpnet.OFFICIAL_NAME}"
     p = Path(name_or_path)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .metrics import binary_metrics
-from .space import Space
+from .space import CoreSpace
 
 
 @dataclass
@@ -64,7 +64,7 @@ def population_prior(table: np.ndarray) -> tuple[np.ndarray, float | np.ndarray]
     return table.mean(0), cov + np.eye(table.shape[1]) * float(np.trace(cov) / table.shape[1])
 
 
-def _directions(space: Space, x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+def _directions(space: CoreSpace, x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     out = []
     for i in range(len(space.members)):
         e = space.question_vectors(x, member=i).astype(np.float64)
@@ -85,11 +85,11 @@ PRIORS = {"population": population_prior, "isotropic": isotropic_prior}
 
 @dataclass
 class Onboarded:
-    space: Space  # the space with the LLM added (or updated)
+    space: CoreSpace  # the space with the LLM added (or updated)
     report: dict  # held-back quality, fit time, suggestions
 
 
-def onboard(space: Space, name: str, x: np.ndarray, labels: np.ndarray, *, holdout: float = 0.2,
+def onboard(space: CoreSpace, name: str, x: np.ndarray, labels: np.ndarray, *, holdout: float = 0.2,
             seed: int = 0, candidates: np.ndarray | None = None, candidate_ids: list[str] | None = None,
             suggest: int = 10, prior: str = "population") -> Onboarded:
     """Fit LLM `name` from its labels on questions with encoder embeddings `x`.

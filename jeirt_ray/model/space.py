@@ -24,7 +24,7 @@ from .train import TrainConfig
 
 
 @dataclass
-class Space:
+class CoreSpace:
     members: list[torch.nn.Module]
     config: TrainConfig
     encoder_id: str
@@ -75,7 +75,7 @@ class Space:
     def model_vectors(self, member: int = 0) -> np.ndarray:
         return self.members[member].models.weight.detach().numpy().copy()
 
-    def with_model(self, name: str, vectors: list[np.ndarray]) -> "Space":
+    def with_model(self, name: str, vectors: list[np.ndarray]) -> "CoreSpace":
         """A copy with LLM `name` set to one vector per member (added, or replaced if known)."""
         if len(vectors) != len(self.members):
             raise ValueError(f"need one vector per member ({len(self.members)}), got {len(vectors)}")
@@ -121,7 +121,7 @@ class Space:
         return d
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Space":
+    def load(cls, directory: str | Path) -> "CoreSpace":
         d = Path(directory)
         meta_path = d / "space.json"
         if not meta_path.exists():

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .evaluate import available_argmax, routed_labels
+from .outcomes import available_argmax, routed_labels
 
 _SIZE = re.compile(r"(?:(\d+)\s*x\s*)?(\d+(?:\.\d+)?)\s*b(?![a-z])", re.I)
 

@@ -13,16 +13,13 @@ Policies:
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
 from .costs import cheapest_within_margin, cost_weighted_choice
-from .evaluate import available_argmax
+from .decisions import DEFAULT_TOP_K, POLICIES, RouteDecision
+from .outcomes import available_argmax
 from .policies import Policy, SignalBuilder
 
-PolicyName = Literal["tuned", "most_likely", "cost_weighted", "cheapest_within_margin"]
-POLICIES = ("tuned", "most_likely", "cost_weighted", "cheapest_within_margin")
 
 
 class RequestError(ValueError):
@@ -40,13 +37,13 @@ class Conflict(RequestError):
     status = 409
 
 
-class Router:
+class SpaceRouter:
     """Routes encoder embeddings with a space (`model.space.Space`); `costs`: {LLM: price per
     call}, needed by the cost policies and `budget`."""
 
     def __init__(self, space, costs: dict[str, float] | None = None, default_policy: str = "tuned"):
         self.space, self.default_policy = space, default_policy
-        self.names = list(space.model_names)
+        self.names = [str(n) for n in space.model_names]
         self.index = {n: i for i, n in enumerate(self.names)}
         self.costs = None
         if costs:
@@ -90,8 +87,8 @@ class Router:
         return (lambda available: cheapest_within_margin(p, self.costs, margin, available)), p
 
     def route(self, x: np.ndarray, *, policy: str | None = None, candidates: list[str] | None = None,
-              top_k: int | None = None, cost_weight: float = 0.0, margin: float = 0.02,
-              budget: float | None = None, min_p: float | None = None, ranking: int = 5) -> list[dict]:
+              top_k: int | None = DEFAULT_TOP_K, cost_weight: float = 0.0, margin: float = 0.02,
+              budget: float | None = None, min_p: float | None = None, ranking: int = 5) -> list[RouteDecision]:
         """One decision per row of `x` (encoder embeddings): `chosen`, `policy`, `p_correct`,
         `expected_cost`, `difficulty` (||E_Q||), `nearest_benchmark`, `ranking` (the policy's own
         order of the allowed LLMs: the pick, then the next best once the ones before are taken
@@ -127,7 +124,7 @@ class Router:
         nearest = None
         if self.centroids is not None:
             xn = x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-9)
-            nearest = [self.benchmarks[i] for i in (xn @ self.centroids.T).argmax(1)]
+            nearest = [str(self.benchmarks[i]) for i in (xn @ self.centroids.T).argmax(1)]
         def cost(j):
             return None if self.costs is None else float(self.costs[j])
 

@@ -27,8 +27,10 @@ from fastapi.security import HTTPAuthorizationCredentials
 from ray import serve
 
 from ..encoders import make_encoder
-from ..routing.router import PolicyName, RequestError
-from .gateway import AllFailed, ChatControl, Conversations, Gateway, relay
+from ..routing.decisions import PolicyName
+from ..routing.router import RequestError
+from .gateway import (AllFailed, ChatControl, Conversations, Gateway, decision_only, reachable_candidates, relay,
+                      routing_headers, routing_of)
 from .http import ERRORS, TOKEN_ENV, authorize, bearer, error, make_api
 from .live import LiveSpace
 from .metrics import make_metrics
@@ -59,8 +61,8 @@ class ThreadedEncoder:
 
     def __init__(self, spec: str, threads: int | None, tracking_uri: str | None = None):
         if spec.startswith("models:/"):  # the encoder saved with a registered (fine-tuned) space
-            from ..registry import Registry
-            spec = str(Registry(tracking_uri).download_encoder(spec))
+            from ..tracking.registry import SpaceRegistry
+            spec = str(SpaceRegistry(tracking_uri).download_encoder(spec))
         self.encoder, self.threads = make_encoder(spec), threads
         self.forward(["warm-up"])  # load the weights before the first request
 
@@ -104,18 +106,6 @@ class Onboarder:
 
 
 api = make_api()
-
-
-# (defined before the Router: Serve's FastAPI view takes the module's names as they are when the
-# class is decorated)
-def _routing_headers(routing: dict, answered_by: str | None, tried: list[dict], p: float | None = None) -> dict:
-    """Who answered and why, for clients that never see the body (streaming ones)."""
-    headers = {"x-jeirt-policy": routing["policy"], "x-jeirt-space": routing["space"],
-               "x-jeirt-fallbacks": ",".join(t["model"] for t in tried)}
-    if answered_by is not None:
-        headers |= {"x-jeirt-model": answered_by,
-                    "x-jeirt-p-correct": f"{routing['p_correct'] if p is None else p:.4f}"}
-    return headers
 
 
 # a default user_config, so that Serve always calls reconfigure (which loads the space) while the
@@ -217,13 +207,10 @@ class Router:
             raise HTTPException(e.status, str(e))
         config = self.live.config
         core = self.live.current()
-        reachable = {n for n in core.names if config.upstream(n)} if config.upstreams else None
-        candidates = ctl.candidates
-        if reachable is not None and all(c in core.index for c in candidates or ()):  # else: 404 naming them
-            candidates = [c for c in (candidates or core.names) if c in reachable]  # the LLMs it can ask
-            if not candidates:
-                raise HTTPException(409, f"none of the candidate LLMs {ctl.candidates} has an upstream (user_config."
-                                         f"upstreams names {sorted(reachable)[:10]})")
+        try:
+            reachable, candidates = reachable_candidates(core.names, core.index, config, ctl.candidates)
+        except RequestError as e:
+            raise HTTPException(e.status, str(e))
         sticky = self.conversations.get(ctl.conversation) if ctl.conversation and ctl.sticky else None
         # a conversation with a key is routed by its first user message (the same LLM every turn, on
         # any replica); without one, each turn by its last
@@ -231,41 +218,26 @@ class Router:
         routed = await self._route([text], {"candidates": candidates, "policy": ctl.policy, "top_k": None,
                                             "budget": ctl.max_cost, "min_p": ctl.min_p,
                                             "ranking": max(16, 4 * config.gateway.max_tries)}, route="chat")
-        decision = routed["results"][0]
-        ranking = decision["ranking"]
-        p_of = {s["model"]: s["p_correct"] for s in decision["scores"]}
-        if sticky in p_of:
-            ranking = [sticky] + [r for r in ranking if r != sticky]
-        routing = {"chosen": ranking[0], "p_correct": p_of[ranking[0]], "policy": decision["policy"],
-                   "space": routed["space"], "ranking": ranking, "sticky": sticky is not None,
-                   "scores": decision["scores"][:5]}
+        routing, p_of = routing_of(routed["results"][0], routed["space"], sticky)
+        ranking = routing["ranking"]
         if reachable is None:  # no upstreams configured: the decision only
-            return JSONResponse(self._decision_only(routing), headers=_routing_headers(routing, ranking[0], []))
+            return JSONResponse(decision_only(routing), headers=routing_headers(routing, ranking[0], []))
         tries = [(llm, config.upstream(llm)) for llm in ranking]
         payload = body.upstream_payload()
         try:
             answer = await self.gateway.complete(payload, tries, config.gateway, stream=bool(body.stream))
         except AllFailed as e:
-            return error(502, str(e)[:1000], headers=_routing_headers(routing, None, e.tried))
+            return error(502, str(e)[:1000], headers=routing_headers(routing, None, e.tried))
         if ctl.conversation:
             self.conversations.put(ctl.conversation, answer.llm)
         routing |= {"answered_by": answer.llm, "tried": answer.tried}
-        out_headers = _routing_headers(routing, answer.llm, answer.tried, p_of.get(answer.llm))
+        out_headers = routing_headers(routing, answer.llm, answer.tried, p_of.get(answer.llm))
         if answer.rest is not None:
             return StreamingResponse(relay(answer), media_type=answer.media_type, headers=out_headers)
         if answer.body is None:  # a 4xx passed through as the upstream sent it
             return Response(answer.content, status_code=answer.status, media_type=answer.media_type,
                             headers=out_headers)
         return JSONResponse({**answer.body, "routing": routing}, headers=out_headers)
-
-    @staticmethod
-    def _decision_only(routing: dict) -> dict:
-        return {"id": f"route-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
-                "model": routing["chosen"], "routing": routing,
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                    "role": "assistant",
-                    "content": f"Routed to {routing['chosen']} (p_correct {routing['p_correct']:.3f}); no "
-                               f"upstream is configured, so this is the routing decision only."}}]}
 
     @api.post("/v1/onboard", response_model=OnboardResponse, responses={
         **ERRORS, 401: {"model": ErrorBody, "description": "missing or wrong bearer token"},
@@ -353,8 +325,8 @@ def build_app(args: dict):
     cfg = AppArgs(**args)
     encoder, uri = cfg.encoder, cfg.tracking_uri
     if encoder.startswith("models:/"):  # the fine-tuned encoder saved with a registered space, pinned
-        from ..registry import Registry  # to the version the alias points at now
-        encoder, encoder_id = Registry(uri).encoder_of(encoder)
+        from ..tracking.registry import SpaceRegistry  # to the version the alias points at now
+        encoder, encoder_id = SpaceRegistry(uri).encoder_of(encoder)
     else:
         encoder_id = make_encoder(encoder).encoder_id  # cheap: the weights load lazily
     onboarder = Onboarder.bind(cfg.model, encoder_id, uri)

@@ -50,7 +50,7 @@ def check_registry(config) -> None:
     LookupError names the fix. Opening the registry here also creates a local MLflow store once,
     so replicas never race to create its tables."""
     from ..encoders import make_encoder
-    from ..registry import Registry
+    from ..tracking.registry import SpaceRegistry
     for app in config.applications:
         args = app.args or {}
         if "model" not in args:
@@ -58,7 +58,7 @@ def check_registry(config) -> None:
         router = next((d for d in app.deployments if d.name == "Router"), None)
         alias = ((router.user_config or {}) if router else {}).get("alias", "champion")
         uri = f"models:/{args['model']}@{alias}"
-        registry = Registry(args.get("tracking_uri"))
+        registry = SpaceRegistry(args.get("tracking_uri"))
         version = registry.resolve(uri)
         trained_on = version.tags.get("encoder_id")
         encoder = args.get("encoder", "all-MiniLM-L6-v2")

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model.space import Space
+from ..model.space import CoreSpace
 
 
-def _directions(space: Space, chunk: int = 20_000) -> tuple[np.ndarray, np.ndarray]:
+def _directions(space: CoreSpace, chunk: int = 20_000) -> tuple[np.ndarray, np.ndarray]:
     """(unit directions, norms) of the training questions' E_Q (first member)."""
     X = space.question_embeddings
     parts = [space.question_vectors(X[i:i + chunk]) for i in range(0, len(X), chunk)]
@@ -43,7 +43,7 @@ def _sample(benchmarks: np.ndarray, max_points: int, seed: int) -> np.ndarray:
     return np.sort(np.concatenate(rows))
 
 
-def space_map(space: Space, max_points: int = 4000, seed: int = 0, text_chars: int = 300) -> dict:
+def space_map(space: CoreSpace, max_points: int = 4000, seed: int = 0, text_chars: int = 300) -> dict:
     if space.question_embeddings is None or not len(space.question_benchmarks):
         raise ValueError("this space stores no training questions to map")
     U, norms = _directions(space)
@@ -78,7 +78,7 @@ def space_map(space: Space, max_points: int = 4000, seed: int = 0, text_chars: i
     }
 
 
-def llm_table(space: Space, chunk: int = 4096) -> dict:
+def llm_table(space: CoreSpace, chunk: int = 4096) -> dict:
     if space.question_embeddings is None or not len(space.question_benchmarks):
         raise ValueError("this space stores no training questions to score the LLMs on")
     bench = np.asarray(space.question_benchmarks)

@@ -247,3 +247,52 @@ async def relay(answer: Answer) -> AsyncIterator[bytes]:
         yield f"data: {json.dumps(event)}\n\n".encode()
     finally:
         await answer.close()
+
+
+# ---- a chat request's routing: the LLMs it may ask, their order, and what the answer says of it ----
+
+def reachable_candidates(names: list[str], index: dict, config, requested: list[str] | None
+                         ) -> tuple[set[str] | None, list[str] | None]:
+    """(the LLMs that have an upstream, None where no upstream is configured; the candidates to
+    route among: the requested ones that can be asked). Unknown names are left for the router to
+    refuse (404 naming them); Conflict (409) when none of the requested LLMs has an upstream."""
+    reachable = {n for n in names if config.upstream(n)} if config.upstreams else None
+    candidates = requested
+    if reachable is not None and all(c in index for c in requested or ()):
+        candidates = [c for c in (requested or names) if c in reachable]
+        if not candidates:
+            raise Conflict(f"none of the candidate LLMs {requested} has an upstream (user_config.upstreams names "
+                           f"{sorted(reachable)[:10]})")
+    return reachable, candidates
+
+
+def routing_of(decision: dict, space: str, sticky: str | None) -> tuple[dict, dict[str, float]]:
+    """(what a chat answer says of its routing, p_correct per scored LLM): the policy's ranking,
+    with a conversation's earlier LLM first where it is still allowed."""
+    ranking = decision["ranking"]
+    p_of = {s["model"]: s["p_correct"] for s in decision["scores"]}
+    if sticky in p_of:
+        ranking = [sticky] + [r for r in ranking if r != sticky]
+    routing = {"chosen": ranking[0], "p_correct": p_of[ranking[0]], "policy": decision["policy"], "space": space,
+               "ranking": ranking, "sticky": sticky is not None, "scores": decision["scores"][:5]}
+    return routing, p_of
+
+
+def routing_headers(routing: dict, answered_by: str | None, tried: list[dict], p: float | None = None) -> dict:
+    """Who answered and why, for clients that never see the body (streaming ones)."""
+    headers = {"x-jeirt-policy": routing["policy"], "x-jeirt-space": routing["space"],
+               "x-jeirt-fallbacks": ",".join(t["model"] for t in tried)}
+    if answered_by is not None:
+        headers |= {"x-jeirt-model": answered_by,
+                    "x-jeirt-p-correct": f"{routing['p_correct'] if p is None else p:.4f}"}
+    return headers
+
+
+def decision_only(routing: dict) -> dict:
+    """The chat answer where no upstream is configured: the routing decision alone."""
+    return {"id": f"route-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
+            "model": routing["chosen"], "routing": routing,
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant",
+                "content": f"Routed to {routing['chosen']} (p_correct {routing['p_correct']:.3f}); no "
+                           f"upstream is configured, so this is the routing decision only."}}]}

@@ -10,17 +10,17 @@ import logging
 import threading
 import time
 
-from ..model.space import Space
-from ..routing.router import Router
+from ..model.space import CoreSpace
+from ..routing.router import SpaceRouter
 from .settings import RouterConfig
 
 log = logging.getLogger("jeirt.serve")
 
 
-class RouterCore(Router):
+class RouterCore(SpaceRouter):
     """routing.router.Router over the served space, labelled `<model>/<version>`."""
 
-    def __init__(self, space: Space, label: str, costs: dict[str, float] | None = None,
+    def __init__(self, space: CoreSpace, label: str, costs: dict[str, float] | None = None,
                  default_policy: str = "tuned"):
         super().__init__(space, costs, default_policy)
         self.label = label
@@ -34,8 +34,8 @@ class SpaceSource:
     """Loads `models:/<model>@<alias>`, and the version it points at when the alias moves."""
 
     def __init__(self, tracking_uri: str | None, encoder_id: str):
-        from ..registry import Registry
-        self.registry = Registry(tracking_uri)
+        from ..tracking.registry import SpaceRegistry
+        self.registry = SpaceRegistry(tracking_uri)
         self.encoder_id = encoder_id
         self.version: str | None = None
         self.checked = 0.0
@@ -48,7 +48,7 @@ class SpaceSource:
             raise (LookupError if missing else RegistryUnreachable)(
                 f"cannot resolve models:/{model}@{alias} in the registry at {self.registry.tracking_uri}: {e}") from e
 
-    def load(self, model: str, version: str) -> Space:
+    def load(self, model: str, version: str) -> CoreSpace:
         uri = f"models:/{model}/{version}"
         space = self.registry.load(uri)
         if space.encoder_id != self.encoder_id:
@@ -56,7 +56,7 @@ class SpaceSource:
                              f"with {self.encoder_id!r}")
         return space
 
-    def changed(self, model: str, alias: str) -> tuple[str, Space] | None:
+    def changed(self, model: str, alias: str) -> tuple[str, CoreSpace] | None:
         """Look the alias up: (version, space) when it points somewhere new and that version
         loads; None when it has not moved."""
         self.checked = time.monotonic()
@@ -147,7 +147,7 @@ class LiveSpace:
                 return
             self._serve(*(changed or (self.version, self.core.space)))
 
-    def _serve(self, version: str, space: Space) -> None:
+    def _serve(self, version: str, space: CoreSpace) -> None:
         """Route with `space` (registered `version`) and the current settings (under the lock)."""
         self.core = RouterCore(space, f"{self.model}/{version}", self.config.costs, self.config.default_policy)
         self.version = version

@@ -17,8 +17,8 @@ from .schemas import OnboardRequest
 
 class OnboardingService:
     def __init__(self, model: str, encoder_id: str, tracking_uri: str | None = None, alias: str = "champion"):
-        from ..registry import Registry
-        self.registry = Registry(tracking_uri)
+        from ..tracking.registry import SpaceRegistry
+        self.registry = SpaceRegistry(tracking_uri)
         self.model, self.encoder_id, self.alias = model, encoder_id, alias
         self.lock = asyncio.Lock()
 

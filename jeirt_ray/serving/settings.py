@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..encoders import DEFAULT_ENCODER
-from ..routing.router import PolicyName
+from ..routing.decisions import PolicyName
 
 
 class AppArgs(BaseModel):

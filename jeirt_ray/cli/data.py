@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .cli_io import console, expected_failures
+from .output import console, expected_failures
 
 data_app = typer.Typer(help="Import, generate and check response data.", no_args_is_help=True)
 registry_app = typer.Typer(help="The MLflow registry of trained spaces (MLFLOW_TRACKING_URI, default sqlite under "
@@ -18,7 +18,7 @@ registry_app = typer.Typer(help="The MLflow registry of trained spaces (MLFLOW_T
 @data_app.command("check")
 def data_check(data: Path = typer.Argument(..., help="dataset folder")):
     """Validate a dataset and describe it."""
-    from . import pipeline
+    from ..api import jobs as pipeline
     with expected_failures():
         console.print(pipeline.load_data(data).describe())
 
@@ -53,7 +53,7 @@ def data_import(fmt: str = typer.Argument(..., metavar="FORMAT", help="harness (
                 names: Optional[Path] = typer.Option(None, help="model-name mapping (YAML {name: canonical} or "
                                                                 "CSV name,canonical)")):
     """Import per-question results from lm-evaluation-harness, HELM or py-irt into the long format."""
-    from . import pipeline
+    from ..api import jobs as pipeline
     metrics = _pairs(metric, "--metric") if fmt in ("harness", "leaderboard", "lighteval") else \
         (metric[0] if metric else None)
     with expected_failures():
@@ -88,7 +88,7 @@ def data_import(fmt: str = typer.Argument(..., metavar="FORMAT", help="harness (
 def data_synth(out: Path = typer.Option(..., help="folder to write questions/responses Parquet to"),
                models: int = 24, questions: int = 1200, seed: int = 0):
     """Write the SYNTHETIC dataset (known JE-IRT geometry) in the long format."""
-    from .data.synthetic import generate
+    from ..data.synthetic import generate
     d = generate(n_models=models, n_questions=questions, seed=seed)
     d.save(out)
     console.print(f"wrote {d.describe()} to {out}")
@@ -98,8 +98,8 @@ def data_synth(out: Path = typer.Option(..., help="folder to write questions/res
 def data_fetch(dataset: str = typer.Argument(..., help="only 'embedllm' for now"),
                out: Optional[Path] = typer.Option(None, help="default: $JEIRT_HOME/data/embedllm")):
     """Download a public dataset (needs network access to the Hugging Face hub)."""
-    from . import paths
-    from .data import fetch_embedllm
+    from ..core import paths
+    from ..data import fetch_embedllm
     if dataset != "embedllm":
         console.print(f"[red]unknown dataset {dataset!r}[/red]; available: embedllm")
         raise typer.Exit(2)
@@ -114,7 +114,7 @@ def data_fetch(dataset: str = typer.Argument(..., help="only 'embedllm' for now"
 @registry_app.command("list")
 def registry_list(name: str = typer.Argument(..., help="registered model name")):
     """Versions of a registered space, with aliases and metrics."""
-    from .api import Registry
+    from ..api.space import Registry
     reg = Registry()
     with expected_failures():
         rows = reg.list(name)
@@ -130,7 +130,7 @@ def registry_list(name: str = typer.Argument(..., help="registered model name"))
 @registry_app.command("promote")
 def registry_promote(name: str, version: int, alias: str = typer.Option("champion")):
     """Point an alias (default @champion) at a version."""
-    from .api import Registry
+    from ..api.space import Registry
     with expected_failures():
         Registry().promote(name, version, alias)
     console.print(f"models:/{name}@{alias} -> version {version}")

@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from . import paths
+from ..core import paths
 
 EXPERIMENT = "jeirt"
 BATCH = 900  # MLflow takes at most 1000 entities a batch

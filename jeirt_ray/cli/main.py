@@ -1,4 +1,4 @@
-"""`jeirt <command>`: one Typer app, a thin layer over jeirt_ray.pipeline (the jobs) and the
+"""`jeirt <command>`: one Typer app, a thin layer over jeirt_ray.api.jobs (the jobs) and the
 serving and registry modules. It parses options, shows the pipeline's progress (the `jeirt`
 logger) and results, and turns expected failures into one line and an exit code."""
 
@@ -11,9 +11,10 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from . import logs
-from .cli_data import data_app, registry_app
-from .cli_io import console, expected_failures, results_table
+from ..core import logs
+from ..routing.decisions import DEFAULT_TOP_K
+from .data import data_app, registry_app
+from .output import console, expected_failures, results_table
 
 app = typer.Typer(help="JE-IRT for LLMs: embed LLMs and questions in one space, evaluate, route.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -27,6 +28,8 @@ EncoderOpt = typer.Option("all-MiniLM-L6-v2", "--encoder", help="sentence-transf
 SeedOpt = typer.Option(0, help="the split seed (by question, 80/10/10) and the training seed")
 SplitOpt = typer.Option(None, "--split", help="your own split: CSV/Parquet with columns question_id,split "
                                               "(train/val/test), or a split.json a run saved")
+PartialSplitOpt = typer.Option(False, "--partial-split", help="with --split: train and test on the questions "
+                               "it lists, leaving the others out (without it, such a split is refused)")
 SearchOpt = typer.Option(True, "--search/--fixed", help="choose the configuration on validation with a Ray Tune "
                          "search (default), or train the fixed configuration in this process (quick, no Ray)")
 TrialsOpt = typer.Option(None, "--trials", help="configurations per search (default: scaled with the data)")
@@ -55,7 +58,7 @@ def _methods(value: str) -> list[str]:
 
 @app.command()
 def evaluate(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = SeedOpt,
-             split: Optional[Path] = SplitOpt,
+             split: Optional[Path] = SplitOpt, partial_split: bool = PartialSplitOpt,
              methods: str = typer.Option("jeirt,mf,knn,majority,irt1pl,irt2pl", help="comma-separated subset"),
              search: bool = SearchOpt, trials: Optional[int] = TrialsOpt, criterion: str = CriterionOpt,
              members: Optional[int] = MembersOpt, finetune: Optional[str] = FinetuneOpt,
@@ -63,11 +66,11 @@ def evaluate(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: in
                                                                                   "as JSON here (and the split)")):
     """Train every method on one split and compare them on the test questions. With --finetune,
     JE-IRT and MF each fine-tune their own copy of the encoder first."""
-    from . import pipeline
+    from ..api import jobs as pipeline
     with expected_failures():
         results = pipeline.evaluate(data, methods=_methods(methods), encoder=encoder, search=search, seed=seed,
-                                    split=split, members=members, trials=trials, criterion=criterion,
-                                    finetune=finetune, encoder_lr=encoder_lr, out=out)
+                                    split=split, partial_split=partial_split, members=members, trials=trials,
+                                    criterion=criterion, finetune=finetune, encoder_lr=encoder_lr, out=out)
     synthetic = "truth" in results
     console.print(results_table(results, f"{'SYNTHETIC ' if synthetic else ''}test questions, "
                                          f"{'split ' + str(split) if split else f'split by question, seed {seed}'}"))
@@ -75,8 +78,8 @@ def evaluate(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: in
 
 @app.command()
 def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = SeedOpt,
-          split: Optional[Path] = SplitOpt, search: bool = SearchOpt, trials: Optional[int] = TrialsOpt,
-          criterion: str = CriterionOpt, members: Optional[int] = MembersOpt,
+          split: Optional[Path] = SplitOpt, partial_split: bool = PartialSplitOpt, search: bool = SearchOpt,
+          trials: Optional[int] = TrialsOpt, criterion: str = CriterionOpt, members: Optional[int] = MembersOpt,
           workers: Optional[int] = typer.Option(None, "--workers", help="train on Ray Train with this many workers "
                                                 "(0: Train's local mode, in this process); turns --fixed on"),
           gpus: bool = typer.Option(False, "--gpus", help="one GPU per Ray Train worker (nccl)"),
@@ -90,12 +93,14 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int =
               "(one more training each), so that it holds on unseen benchmarks; 0: on validation alone"))):
     """Train a JE-IRT space (searched on Ray Tune by default; --fixed in this process, or on Ray
     Train with --workers N), choose its routing policy on validation and save it."""
-    from . import paths, pipeline
+    from ..core import paths
+    from ..api import jobs as pipeline
     with expected_failures():
         d = pipeline.load_data(data)
         space = pipeline.train(d, encoder=encoder, search=search, members=members, workers=workers, gpus=gpus,
-                               finetune=finetune, encoder_lr=encoder_lr, split=split, seed=seed, trials=trials,
-                               criterion=criterion, held_out_benchmarks=held_out_benchmarks, mlflow_run=f"train-{register}" if register else None,
+                               finetune=finetune, encoder_lr=encoder_lr, split=split, partial_split=partial_split,
+                               seed=seed, trials=trials, criterion=criterion, held_out_benchmarks=held_out_benchmarks,
+                               mlflow_run=f"train-{register}" if register else None,
                                out=out or paths.home() / "spaces" / d.name)
         if register:
             version = pipeline.register(space, register, alias=promote)
@@ -110,8 +115,8 @@ def demo(out: Optional[Path] = typer.Option(None, help="output folder (default: 
     """The main job on the embedded SYNTHETIC dataset, on Ray: encode (Ray Data), search JE-IRT's
     and MF's configurations (Ray Tune), register the space as @champion in MLflow, and compare
     every method with the generator's truth. A few minutes on a laptop."""
-    from . import pipeline
-    from .registry import default_tracking_uri
+    from ..api import jobs as pipeline
+    from ..tracking.registry import default_tracking_uri
     console.print("[yellow]SYNTHETIC: simulated LLMs drawn from a known JE-IRT geometry, not real results. "
                   "Use --data with `jeirt evaluate` / `jeirt train` for real data.[/yellow]")
     with expected_failures():
@@ -130,10 +135,11 @@ def tune(config: Path = typer.Argument(..., help="a sweep YAML, e.g. tune_config
                                                        "sweep's folder under $JEIRT_HOME/tune)")):
     """Sweep JE-IRT settings on Ray Tune (see tune_configs/ for the YAML grammar); every trial is an
     MLflow run nested under the sweep's, and the best trial's space is registered."""
-    from . import paths, pipeline
-    from .distributed import init_ray
-    from .distributed.sweep import SweepConfig, run_sweep
-    from .registry import default_tracking_uri
+    from ..core import paths
+    from ..api import jobs as pipeline
+    from ..distributed import init_ray
+    from ..distributed.sweep import SweepConfig, run_sweep
+    from ..tracking.registry import default_tracking_uri
     with expected_failures():
         sweep = SweepConfig.from_yaml(config)
         prep = pipeline.prepare(data or sweep.data, encoder=sweep.encoder, seed=sweep.split_seed,
@@ -157,7 +163,7 @@ def tune(config: Path = typer.Argument(..., help="a sweep YAML, e.g. tune_config
 
 
 def _report(data, encoder, seed, out, members, costs, studies) -> dict:
-    from . import pipeline
+    from ..api import jobs as pipeline
     with expected_failures():
         return pipeline.report(data, out=out, encoder=encoder, seed=seed, members=members, costs=costs, studies=studies)
 
@@ -166,14 +172,20 @@ def _report(data, encoder, seed, out, members, costs, studies) -> dict:
 def report(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
            out: Path = typer.Option(..., help="folder for report.md, report.html, the PNGs and results.json"),
            members: Optional[int] = MembersOpt, costs: Optional[Path] = CostsOpt,
-           skip: list[str] = typer.Option([], help="a study to leave out (repeatable), e.g. --skip lobo")):
+           studies: Optional[str] = typer.Option(None, "--studies", help="comma-separated studies to run "
+                                                 "(default: all), e.g. --studies routing,probes"),
+           skip: list[str] = typer.Option([], hidden=True, help="old name: a study to leave out (repeatable)")):
     """Run the paper's studies on one dataset (routing with costs, onboarding, 2PL failure, norm vs
     difficulty, taxonomy, probes, leave-one-benchmark-out, ranking) and write a report."""
-    from .analysis.report import STUDIES
-    bad = sorted(set(skip) - set(STUDIES))
+    from ..analysis.report import STUDIES
+    chosen = [s.strip() for s in studies.split(",") if s.strip()] if studies else None
+    bad = sorted(set(skip) - set(STUDIES)) or sorted(set(chosen or ()) - set(STUDIES))
     if bad:
-        raise typer.BadParameter(f"unknown studies {bad}; known: {', '.join(STUDIES)}", param_hint="--skip")
-    results = _report(data, encoder, seed, out, members, costs, [n for n in STUDIES if n not in skip] if skip else None)
+        raise typer.BadParameter(f"unknown studies {bad}; known: {', '.join(STUDIES)}",
+                                 param_hint="--skip" if skip else "--studies")
+    if skip:
+        chosen = [n for n in (chosen or STUDIES) if n not in skip]
+    results = _report(data, encoder, seed, out, members, costs, chosen)
     summary = []
     if "routing" in results:
         acc = results["routing"]["accuracy"]
@@ -194,7 +206,7 @@ def analyze(study: str = typer.Argument(..., help="one of: routing, onboarding, 
             out: Path = typer.Option(..., help="folder for the study's report.md, PNGs and results.json"),
             members: Optional[int] = MembersOpt, costs: Optional[Path] = CostsOpt):
     """Run one study of the report (see `jeirt report`) and print its figures."""
-    from .analysis.report import STUDIES
+    from ..analysis.report import STUDIES
     if study not in STUDIES:
         raise typer.BadParameter(f"unknown study {study!r}; known: {', '.join(STUDIES)}", param_hint="STUDY")
     results = _report(data, encoder, seed, out, members, costs, [study])
@@ -206,7 +218,7 @@ def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. depl
               model: Optional[str] = typer.Option(None, help="override the registered model name (args.model)"),
               port: Optional[int] = typer.Option(None, help="override the HTTP port")):
     """Start the routing and onboarding service described by a Serve config; Ctrl-C stops it."""
-    from .serving.deploy import serve_forever
+    from ..serving.deploy import serve_forever
     with expected_failures(prefix="cannot serve: "):
         serve_forever(config, model, port, announce=console.print)
 
@@ -214,7 +226,7 @@ def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. depl
 @app.command()
 def route(query: str = typer.Argument(..., help="the question to route"),
           url: str = typer.Option("http://127.0.0.1:8000", help="the service's base URL"),
-          top_k: int = typer.Option(5, help="how many LLMs to show"),
+          top_k: int = typer.Option(DEFAULT_TOP_K, help="how many LLMs to show"),
           policy: Optional[str] = typer.Option(None, help="tuned (default: chosen on validation) | most_likely | "
                                                           "cost_weighted | cheapest_within_margin")):
     """Ask a running service which LLM should answer QUERY."""
@@ -244,7 +256,7 @@ def k8s_check(crds: Path = typer.Option(Path("../shared/kuberay-crds"), help="fo
                                                                             "(ray.io_*.yaml, KubeRay v1.7.0)"),
               root: Path = typer.Option(Path("."), help="the repository root")):
     """Validate k8s/ and deployments/ offline: Kubernetes and KubeRay schemas, Serve configs, Ray versions."""
-    from .manifests import check_all
+    from ..serving.manifests import check_all
     with expected_failures():
         report = check_all(root, crds)
     for place, errors in report.items():
@@ -260,7 +272,7 @@ def mlflow_ui(port: int = typer.Option(5000)):
     import subprocess
     import sys
 
-    from .registry import default_tracking_uri
+    from ..tracking.registry import default_tracking_uri
     console.print(f"MLflow UI for {default_tracking_uri()} at http://127.0.0.1:{port}")
     raise typer.Exit(subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
                                       default_tracking_uri(), "--host", "127.0.0.1", "--port", str(port)]))
@@ -268,23 +280,24 @@ def mlflow_ui(port: int = typer.Option(5000)):
 
 @app.command()
 def encode(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt,
-           ray_replicas: int = typer.Option(0, "--ray", help="encode on Ray Data with this many encoder replicas "
-                                                              "(0: in this process)"),
+           replicas: int = typer.Option(0, "--replicas", help="encode on Ray Data with this many encoder replicas "
+                                                          "(0: in this process)"),
+           ray: Optional[int] = typer.Option(None, "--ray", hidden=True, help="old name of --replicas"),
            gpus_per_replica: float = typer.Option(0.0, help="GPUs per Ray replica (0: CPU replicas)"),
            batch_size: int = typer.Option(64)):
     """Embed every question with the frozen encoder into the on-disk cache."""
-    from . import pipeline
+    from ..api import jobs as pipeline
     with expected_failures():
-        n, where = pipeline.encode(data, encoder=encoder, replicas=ray_replicas, gpus_per_replica=gpus_per_replica,
-                                   batch_size=batch_size)
+        n, where = pipeline.encode(data, encoder=encoder, replicas=replicas if ray is None else ray,
+                                   gpus_per_replica=gpus_per_replica, batch_size=batch_size)
     console.print(f"{n} vectors cached for {where}")
 
 
 def main() -> None:
     """The `jeirt` entry point: expected failures that reach here (no Ray, an encoder that cannot
     load, a missing registry entry) end with one line and the log file's path, no traceback."""
-    from .distributed import RayUnavailable
-    from .encoders.sentence import EncoderError
+    from ..distributed import RayUnavailable
+    from ..encoders.sentence import EncoderError
     try:
         app()
     except (RayUnavailable, EncoderError, LookupError) as e:

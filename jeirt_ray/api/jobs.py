@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import pandas as pd
 
-from . import paths
-from .data import ResponseData, Split, read_split
-from .encoders import DEFAULT_ENCODER
+from ..core import paths
+from ..data import ResponseData, Split, read_split
+from ..encoders import DEFAULT_ENCODER
 
 if TYPE_CHECKING:  # torch and the rest load when a job needs them: `jeirt data import` stays light
-    from .api import Space
-    from .experiment import Prepared
+    from .space import Space
+    from ..experiments.prepare import Prepared
 
 log = logging.getLogger("jeirt.pipeline")
 DataLike = ResponseData | str | Path | None
@@ -34,8 +34,8 @@ SplitLike = Split | pd.DataFrame | str | Path | None
 def load_data(path: str | Path | None = None) -> ResponseData:
     """A dataset folder (the long format, EmbedLLM's CSVs, lm-evaluation-harness samples or HELM
     runs); None: the embedded SYNTHETIC dataset (simulated LLMs, not real results)."""
-    from .data import load_data as load
-    from .data.synthetic import generate
+    from ..data import load_data as load
+    from ..data.synthetic import generate
     if path is None:
         log.warning("no data given: using the embedded SYNTHETIC dataset (simulated LLMs, not real results)")
         return generate()
@@ -63,7 +63,7 @@ def import_results(format: str, src: str | Path, *, metrics: dict[str, str] | st
     texts; `texts_from_ids`: the item ids are the texts, detected when neither is given).
     `names`: a model-name mapping ({name: canonical}, or a YAML/CSV file). With `out`, the data
     and `import_report.json` are written there."""
-    from .data.importers import HarnessOptions, import_results as run, read_mapping
+    from ..data.importers import HarnessOptions, import_results as run, read_mapping
     harness = HarnessOptions(metrics=metrics if isinstance(metrics, dict) else {}, filters=filters or {},
                              text_field=text_field)
     mapping = read_mapping(names) if isinstance(names, (str, Path)) else names
@@ -80,12 +80,12 @@ def encode(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, replicas: i
            batch_size: int = 64) -> tuple[int, str]:
     """Embed every question into the on-disk cache, in this process or (`replicas` > 0) on Ray
     Data with that many encoder replicas; returns (vectors cached, encoder id)."""
-    from .encoders import EmbeddingCache, encode_cached, make_encoder
+    from ..encoders import EmbeddingCache, encode_cached, make_encoder
     d = _data(data)
     enc = make_encoder(encoder)
     if replicas > 0:
-        from .distributed import init_ray
-        from .distributed.encode import encode_with_ray
+        from ..distributed import init_ray
+        from ..distributed.encode import encode_with_ray
         init_ray()
         encode_with_ray(encoder, d.texts, paths.cache_dir(), replicas=replicas, gpus_per_replica=gpus_per_replica,
                         batch_size=batch_size)
@@ -96,20 +96,24 @@ def encode(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, replicas: i
 
 # ---- training -----------------------------------------------------------------------------------
 def prepare(data: DataLike, *, encoder: str = DEFAULT_ENCODER, seed: int = 0, split: SplitLike = None,
-            finetune: str | None = None, encoder_lr: float = 3e-5, kind: str = "jeirt", fit_fn=None,
-            progress: bool = True) -> Prepared:
-    """The data, its split (`split`, else seeded 80/10/10 by question) and every question's
-    embedding (cached under $JEIRT_HOME/cache). With `finetune` (top-K or all), the encoder's top
-    layers are first trained end to end with a `kind` head on the training questions."""
-    from .encoders import make_encoder
-    from .experiment import prepare as embed, prepare_finetuned
+            partial_split: bool = False, finetune: str | None = None, encoder_lr: float = 3e-5,
+            kind: str = "jeirt", fit_fn=None, progress: bool = True) -> Prepared:
+    """The data, its split (`split`, else seeded 80/10/10 by question; a split that leaves
+    questions out only with `partial_split=True`) and every question's embedding (cached under
+    $JEIRT_HOME/cache). With `finetune` (top-K or all), the encoder's top layers are first
+    trained end to end with a `kind` head on the training questions."""
+    from ..encoders import make_encoder
+    from ..experiments.prepare import prepare as embed, prepare_finetuned
     d = _data(data)
     log.info("%s", d.describe())
-    chosen = read_split(split, d) if split is not None else None
+    chosen = read_split(split, d, partial_split) if split is not None else None
+    if chosen is not None and chosen.info.get("unlisted_questions"):
+        log.warning("the split leaves %s of %s questions out (partial_split): they take part in nothing",
+                    chosen.info["unlisted_questions"], d.n_questions)
     if not finetune:
         prep = embed(d, make_encoder(encoder), seed=seed, split=chosen, cache_root=paths.cache_dir(), progress=progress)
     else:
-        from .model.finetune import FinetuneSettings, parse_layers
+        from ..model.finetune import FinetuneSettings, parse_layers
         settings = FinetuneSettings(layers=parse_layers(finetune), encoder_lr=encoder_lr)
         folder = paths.home() / "models" / "finetuned" / f"{d.name}-{kind}-{finetune}-seed{seed}"
         log.info("fine-tuning %s's %s layers with %s (encoder lr %g) into %s", encoder, finetune, kind, encoder_lr, folder)
@@ -125,30 +129,32 @@ def prepare(data: DataLike, *, encoder: str = DEFAULT_ENCODER, seed: int = 0, sp
 def search_settings(trials: int | None = None, criterion: str = "val_loss", members: int | None = None, seed: int = 0):
     """The per-dataset search's settings (selection.SearchSettings); a pydantic ValidationError
     names a bad value."""
-    from .selection import SearchSettings
+    from ..experiments.selection import SearchSettings
     return SearchSettings(trials=trials, criterion=criterion, seed=seed, **({"members": members} if members else {}))
 
 
 def _search_kw(settings) -> dict:
     """What a search on Ray needs: the cluster, its storage, MLflow."""
-    from .distributed import init_ray
-    from .registry import default_tracking_uri
+    from ..distributed import init_ray
+    from ..distributed.tune import run_search
+    from ..tracking.registry import default_tracking_uri
     init_ray()
     log.info("searching configurations on Ray Tune (%s trials per method, ranked by %s); trials logged to MLflow "
              "at %s", settings.trials or "default number of", settings.criterion, default_tracking_uri())
-    return {"search": settings, "search_storage": paths.home() / "search", "tracking_uri": default_tracking_uri()}
+    return {"search": settings, "search_storage": paths.home() / "search", "tracking_uri": default_tracking_uri(),
+            "search_fn": run_search}
 
 
 def ray_fitter(data_name: str, workers: int, gpus: bool = False, mlflow_run: str | None = None):
     """A Ray Train drop-in for the core `fit` (distributed.train.RayFitter): runs under
     $JEIRT_HOME/ray_results; with `mlflow_run` (a run name), rank 0 logs the epochs into a new
     MLflow run whose id the space records (and `register` then registers into)."""
-    from .distributed import init_ray
-    from .distributed.train import RayFitter
+    from ..distributed import init_ray
+    from ..distributed.train import RayFitter
     init_ray()
     mlflow_cfg = None
     if mlflow_run:
-        from .tracking import Tracker
+        from ..tracking.runs import Tracker
         tracker = Tracker()
         mlflow_cfg = {"tracking_uri": tracker.tracking_uri, "run_id": tracker.new_run(mlflow_run)}
     prefix = f"{data_name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -160,8 +166,8 @@ def ray_fitter(data_name: str, workers: int, gpus: bool = False, mlflow_run: str
 
 def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool = True, members: int | None = None,
           workers: int | None = None, gpus: bool = False, finetune: str | None = None, encoder_lr: float = 3e-5,
-          split: SplitLike = None, seed: int = 0, trials: int | None = None, criterion: str = "val_loss",
-          held_out_benchmarks: int = 6, mlflow_run: str | None = None, out: str | Path | None = None,
+          split: SplitLike = None, partial_split: bool = False, seed: int = 0, trials: int | None = None,
+          criterion: str = "val_loss", held_out_benchmarks: int = 6, mlflow_run: str | None = None, out: str | Path | None = None,
           progress: bool = True) -> Space:
     """Train a JE-IRT space and choose its routing policy on validation questions.
 
@@ -171,31 +177,33 @@ def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool
       or with `workers=N` each on Ray Train (`gpus`: one GPU per worker, nccl).
     - `finetune`: `top-K` or `all`, the encoder's top layers trained end to end first.
     - `split`: a user's own split (a DataFrame or CSV/Parquet of question_id,split, or a
-      split.json); default: seeded 80/10/10 by question.
+      split.json); default: seeded 80/10/10 by question. A split that leaves questions out is
+      refused unless `partial_split=True`.
     - `held_out_benchmarks`: the routing policy is chosen both on validation and with up to
       this many benchmarks held out of training in turn (one more training each), so that it
       also holds on benchmarks the space never saw; 0: on validation alone.
     - `mlflow_run`: with `workers`, the name of an MLflow run that rank 0 logs the epochs into.
     - `out`: save the space there, with the split it was trained on (split.json).
     """
-    from .api import Space
-    from .evaluation import JEIRT_MEMBERS, searched_space, train_space
-    from .routing.policies import tune_routing
+    from .space import Space
+    from ..experiments.methods import JEIRT_MEMBERS, searched_space, train_space
+    from ..experiments.routing_choice import tune_routing
     if workers is not None and search:
         log.info("workers= trains the fixed configuration on Ray Train: searching is off")
         search = False
     settings = search_settings(trials, criterion, members, seed) if search else None
     d = _data(data)
     fitter = ray_fitter(d.name, workers, gpus, mlflow_run) if workers is not None else None
-    prep = prepare(d, encoder=encoder, seed=seed, split=split, finetune=finetune, encoder_lr=encoder_lr,
-                   fit_fn=fitter if finetune else None, progress=progress)
+    prep = prepare(d, encoder=encoder, seed=seed, split=split, partial_split=partial_split, finetune=finetune,
+                   encoder_lr=encoder_lr, fit_fn=fitter if finetune else None, progress=progress)
     if settings is not None:
         kw = _search_kw(settings)
-        space = searched_space(prep, settings, storage=kw["search_storage"], tracking_uri=kw["tracking_uri"],
-                               progress=progress)
+        space = searched_space(prep, settings, search_fn=kw["search_fn"], storage=kw["search_storage"],
+                               tracking_uri=kw["tracking_uri"], progress=progress)
         space.metadata["mlflow_run_id"] = space.metadata["search"]["mlflow_run_id"]
     else:
-        space = train_space(prep, members=members or JEIRT_MEMBERS, progress=progress,
+        # members take seeds 100 * seed + i, as jr.evaluate's JE-IRT does: the same space for one seed
+        space = train_space(prep, members=members or JEIRT_MEMBERS, seed=100 * seed, progress=progress,
                             **({"fit_fn": fitter} if fitter is not None else {}))
         space.metadata["mlflow_run_id"] = fitter.mlflow and fitter.mlflow["run_id"] if fitter is not None else None
     space.metadata["encoder"] = encoder if not prep.encoder_dir else None
@@ -214,7 +222,7 @@ def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool
 def register(space: Space, name: str, *, alias: str | None = None, tracking_uri: str | None = None) -> int:
     """Register the space as a new version of `name` (into the MLflow run it was trained in, when
     it has one) and optionally point `alias` (e.g. champion) at it; returns the version."""
-    from .api import Registry
+    from .space import Registry
     reg = Registry(tracking_uri)
     best_val = min(m["best_val_loss"] for m in space.metadata["members"])
     version = reg.register(space, name, {"best_member_val_loss": best_val}, run_id=space.metadata.get("mlflow_run_id"))
@@ -227,7 +235,8 @@ def register(space: Space, name: str, *, alias: str | None = None, tracking_uri:
 
 # ---- evaluation ---------------------------------------------------------------------------------
 def evaluate(data: DataLike = None, *, methods: Sequence[str] | None = None, encoder: str = DEFAULT_ENCODER,
-             search: bool = True, seed: int = 0, split: SplitLike = None, members: int | None = None,
+             search: bool = True, seed: int = 0, split: SplitLike = None, partial_split: bool = False,
+             members: int | None = None,
              trials: int | None = None, criterion: str = "val_loss", finetune: str | None = None,
              encoder_lr: float = 3e-5, out: str | Path | None = None, progress: bool = True) -> dict[str, dict]:
     """Train every method in `methods` (default all: jeirt, mf, knn, majority, irt1pl, irt2pl) on one split
@@ -236,13 +245,13 @@ def evaluate(data: DataLike = None, *, methods: Sequence[str] | None = None, enc
     `search`, JE-IRT and MF each get a search of the same budget; with `finetune`, each
     fine-tunes its own copy of the encoder first. With `out`, the results are written there as
     JSON and the split next to them (`<out stem>.split.json`)."""
-    from .evaluation import JEIRT_MEMBERS, METHODS, evaluate as run
+    from ..experiments.methods import JEIRT_MEMBERS, METHODS, score_methods as run
     methods = METHODS if methods is None else methods
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; expected some of {', '.join(METHODS)}")
     settings = search_settings(trials, criterion, members, seed) if search else None
-    prep = prepare(data, encoder=encoder, seed=seed, split=split, progress=progress)
+    prep = prepare(data, encoder=encoder, seed=seed, split=split, partial_split=partial_split, progress=progress)
     kw = {"members": members or JEIRT_MEMBERS, "train_seed": seed, "progress": progress,
           **(_search_kw(settings) if settings is not None else {})}
     results: dict[str, dict] = {}
@@ -273,14 +282,14 @@ def demo(out: str | Path | None = None, *, encoder: str = DEFAULT_ENCODER, trial
     promote it to @champion, and compare every method with the generator's truth. Returns
     {"results", "closed" (the share of the majority-to-truth gap JE-IRT closes), "version",
     "out"}; writes results.json, the space and the data under `out`."""
-    from .data.synthetic import generate
-    from .distributed import init_ray
-    from .api import Space
-    from .distributed.encode import encode_with_ray
-    from .encoders import make_encoder
-    from .evaluation import evaluate as run
-    from .experiment import prepare as embed
-    from .routing.policies import tune_routing
+    from ..data.synthetic import generate
+    from ..distributed import init_ray
+    from .space import Space
+    from ..distributed.encode import encode_with_ray
+    from ..encoders import make_encoder
+    from ..experiments.methods import score_methods as run
+    from ..experiments.prepare import prepare as embed
+    from ..experiments.routing_choice import tune_routing
     out = Path(out) if out else paths.home() / "demo"
     data = generate()
     log.info("jeirt demo on the embedded %s", data.describe())
@@ -318,9 +327,9 @@ def report(data: DataLike = None, *, out: str | Path, encoder: str = DEFAULT_ENC
     counts read from the names)."""
     import os
 
-    from .analysis.report import STUDIES, run_report
-    from .evaluation import JEIRT_MEMBERS, train_space
-    from .routing.costs import load_costs, read_cost_table
+    from ..analysis.report import STUDIES, run_report
+    from ..experiments.methods import JEIRT_MEMBERS, train_space
+    from ..routing.costs import load_costs, read_cost_table
     bad = sorted(set(studies or ()) - set(STUDIES))
     if bad:
         raise ValueError(f"unknown studies {bad}; known: {', '.join(STUDIES)}")
@@ -333,7 +342,7 @@ def report(data: DataLike = None, *, out: str | Path, encoder: str = DEFAULT_ENC
     out = Path(out)
     results = run_report(prep, space, out, seed=seed, studies=list(studies) if studies else None, costs=cost_array)
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        from .tracking import Tracker
+        from ..tracking.runs import Tracker
         tracker = Tracker()
         run_id = tracker.new_run(f"report-{prep.data.name}", experiment="jeirt-reports")
         tracker.log_artifacts(run_id, out, artifact_path="report")

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .data import ResponseData, Split, split_by_question
-from .encoders import QuestionEncoder, encode_cached
-from .model.train import Pairs
+from ..data import ResponseData, Split, split_by_question
+from ..encoders import QuestionEncoder, encode_cached
+from ..model.train import Pairs
 
 
 @dataclass
@@ -48,9 +48,9 @@ def prepare_finetuned(data: ResponseData, base: str, kind: str, settings, *, see
     """Fine-tune the top layers of encoder `base` end to end with a `kind` head (JE-IRT or MF,
     the fixed configuration) on the split's training questions, early-stopped on its validation
     questions (model/finetune.py); then embed every question with the fine-tuned encoder."""
-    from .encoders import make_encoder
-    from .model.finetune import finetune_encoder
-    from .model.train import fit
+    from ..encoders import make_encoder
+    from ..model.finetune import finetune_encoder
+    from ..model.train import fit
     from .selection import fixed_config
     split = split or split_by_question(data, seed)
     masks = dict(zip(("train", "val"), split.masks(data)[:2]))

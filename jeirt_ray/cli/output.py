@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import logs
+from ..core import logs
 
 console = Console()
 
@@ -19,8 +19,8 @@ def expected_failures(prefix: str = ""):
     traceback (`jeirt --debug ...` shows it)."""
     from pydantic import ValidationError
 
-    from .data import DataError
-    from .encoders.sentence import EncoderError
+    from ..data import DataError
+    from ..encoders.sentence import EncoderError
     try:
         yield
     except (DataError, ValidationError, EncoderError, ValueError, OSError, LookupError) as e:

@@ -9,21 +9,23 @@ from typing import Callable
 import numpy as np
 import torch
 
-from . import paths
-from .experiment import Prepared, pair_probs
-from .model.baselines import KNN, Majority
-from .model.metrics import binary_metrics
-from .model.space import Space
-from .model.train import FitResult, TrainConfig, fit
+from ..core import paths
+from .prepare import Prepared, pair_probs
+from ..model.baselines import KNN, Majority
+from ..model.metrics import binary_metrics
+from ..model.space import CoreSpace
+from ..model.train import FitResult, TrainConfig, fit
 from .selection import SearchSettings, fixed_config, rank_trials
 
 METHODS = ("jeirt", "mf", "knn", "majority", "irt1pl", "irt2pl")
 # The plain path (no search): this many seeds of selection.fixed_config, for JE-IRT and MF alike.
 JEIRT_MEMBERS = 5
+# run_search(prep, kind, settings, *, storage, tracking_uri, progress) -> {"members", "configs", "trials", ...}
+SearchFn = Callable[..., dict]
 
 
-def space_of(prep: Prepared, members: list, configs: list[TrainConfig], metadata: dict) -> Space:
-    return Space(members, configs[0], prep.encoder_id, prep.X.shape[1], prep.data.models.tolist(),
+def space_of(prep: Prepared, members: list, configs: list[TrainConfig], metadata: dict) -> CoreSpace:
+    return CoreSpace(members, configs[0], prep.encoder_id, prep.X.shape[1], prep.data.models.tolist(),
                  prep.data.question_ids.tolist(),
                  metadata={"data": prep.data.name, "data_fingerprint": prep.data.fingerprint(),
                            "split": {"kind": prep.split.kind, "seed": prep.split.seed},
@@ -34,9 +36,9 @@ def space_of(prep: Prepared, members: list, configs: list[TrainConfig], metadata
 
 
 def train_space(prep: Prepared, config: TrainConfig | None = None, members: int = JEIRT_MEMBERS, seed: int = 0,
-                progress: bool = True, fit_fn: Callable[..., FitResult] = fit) -> Space:
+                progress: bool = True, fit_fn: Callable[..., FitResult] = fit) -> CoreSpace:
     """The plain path: `members` seeds (seed, seed + 1, ...) of one configuration (default: the
-    fixed JE-IRT configuration, selection.fixed_config) as one Space (an ensemble). `fit_fn`
+    fixed JE-IRT configuration, selection.fixed_config) as one CoreSpace (an ensemble). `fit_fn`
     trains one member: the core `fit`, or a distributed drop-in (distributed.train.RayFitter)."""
     config = config or fixed_config("jeirt")
     train, val = prep.pairs("train"), prep.pairs("val")
@@ -48,12 +50,12 @@ def train_space(prep: Prepared, config: TrainConfig | None = None, members: int 
                   {"recipe": "fixed", "members": history})
 
 
-def searched_space(prep: Prepared, settings: SearchSettings, *, storage: str | Path,
-                   tracking_uri: str | None = None, progress: bool = True) -> Space:
-    """JE-IRT's configuration searched on validation on Ray Tune (distributed.tune); the best
-    trials are the Space's members."""
-    from .distributed.tune import run_search
-    res = run_search(prep, "jeirt", settings, storage=storage, tracking_uri=tracking_uri, progress=progress)
+def searched_space(prep: Prepared, settings: SearchSettings, *, search_fn: SearchFn, storage: str | Path,
+                   tracking_uri: str | None = None, progress: bool = True) -> CoreSpace:
+    """JE-IRT's configuration searched on validation by `search_fn` (the Ray Tune driver,
+    distributed.tune.run_search, passed in by the layer above); the best trials are the CoreSpace's
+    members."""
+    res = search_fn(prep, "jeirt", settings, storage=storage, tracking_uri=tracking_uri, progress=progress)
     return space_of(prep, res["members"], res["configs"], {"recipe": "searched", **_search_summary(res)})
 
 
@@ -67,7 +69,7 @@ def _search_summary(res: dict) -> dict:
                          "config": c.model_dump()} for c, t in zip(res["configs"], ranked)]}
 
 
-def _space_predictor(space: Space, X):
+def _space_predictor(space: CoreSpace, X):
     def predict(rows):
         return space.predict_proba(X[rows])
     return predict
@@ -83,12 +85,14 @@ def _modules_predictor(modules: list[torch.nn.Module], X: torch.Tensor):
 
 def predictors(prep: Prepared, methods=METHODS, *, search: SearchSettings | None = None,
                search_storage: str | Path | None = None, tracking_uri: str | None = None,
+               search_fn: SearchFn | None = None,
                jeirt_config: TrainConfig | None = None, members: int = JEIRT_MEMBERS, train_seed: int = 0,
                progress: bool = True, jeirt_fit: Callable[..., FitResult] = fit):
     """Yield (name, predict_all(question_rows) -> (n, n_models) probabilities, train seconds, info).
 
     With `search`, JE-IRT and matrix factorisation each get a configuration search of the same
-    budget on Ray Tune (validation only) and are the ensemble of their best trials. Without it
+    budget by `search_fn` (the Ray Tune driver; validation only) and are the ensemble of their
+    best trials. Without it
     (the plain path), each is `members` seeds of a fixed configuration (`jeirt_config` or
     selection.fixed_config). `train_seed` seeds every trained method: plain members take seeds
     100*train_seed + i, a search's sampler takes train_seed. `jeirt_fit` trains plain JE-IRT
@@ -97,6 +101,8 @@ def predictors(prep: Prepared, methods=METHODS, *, search: SearchSettings | None
     q, m, y = train.q.numpy(), train.m.numpy(), train.y.numpy()
     n_models = prep.data.n_models
     if search is not None:
+        if search_fn is None:
+            raise TypeError("predictors: a search needs search_fn (distributed.tune.run_search)")
         search = search.model_copy(update={"seed": train_seed})
         search_storage = search_storage or paths.home() / "search"
     for name in methods:
@@ -104,8 +110,8 @@ def predictors(prep: Prepared, methods=METHODS, *, search: SearchSettings | None
         info: dict = {}
         if name == "jeirt":
             if search is not None:
-                space = searched_space(prep, search, storage=search_storage, tracking_uri=tracking_uri,
-                                     progress=progress)
+                space = searched_space(prep, search, search_fn=search_fn, storage=search_storage,
+                                       tracking_uri=tracking_uri, progress=progress)
             else:
                 space = train_space(prep, jeirt_config, members, seed=100 * train_seed, progress=progress,
                                     fit_fn=jeirt_fit)
@@ -116,8 +122,7 @@ def predictors(prep: Prepared, methods=METHODS, *, search: SearchSettings | None
                 info["search"] = space.metadata["search"]
         elif name == "mf":
             if search is not None:
-                from .distributed.tune import run_search
-                res = run_search(prep, "mf", search, storage=search_storage, tracking_uri=tracking_uri,
+                res = search_fn(prep, "mf", search, storage=search_storage, tracking_uri=tracking_uri,
                                  progress=progress)
                 modules, info = res["members"], {"recipe": "searched", **_search_summary(res)}
             else:
@@ -144,10 +149,10 @@ def predictors(prep: Prepared, methods=METHODS, *, search: SearchSettings | None
         yield name, predict, time.perf_counter() - start, info
 
 
-def evaluate(prep: Prepared, methods=METHODS, spaces: dict | None = None, **kw) -> dict[str, dict]:
+def score_methods(prep: Prepared, methods=METHODS, spaces: dict | None = None, **kw) -> dict[str, dict]:
     """{method: {test_accuracy, auc, log_loss, train_seconds, ...}} on prep's test pairs, and on
     SYNTHETIC data `truth`: the generator's true probabilities (the ceiling). Pass a dict as
-    `spaces` to get the trained JE-IRT Space back in it."""
+    `spaces` to get the trained JE-IRT CoreSpace back in it."""
     test = prep.pairs("test")
     rows = prep.rows("test")
     results = {}

@@ -12,18 +12,18 @@ import re
 import tempfile
 from pathlib import Path
 
-from .model.space import Space
-from .tracking import Tracker, default_tracking_uri
+from ..model.space import CoreSpace
+from .runs import Tracker, default_tracking_uri
 
-__all__ = ["Registry", "default_tracking_uri"]
+__all__ = ["SpaceRegistry", "default_tracking_uri"]
 
 _URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
 
 
-class Registry(Tracker):
+class SpaceRegistry(Tracker):
     """Spaces as registered model versions, on the MLflow store at `tracking_uri`."""
 
-    def register(self, space: Space, name: str, metrics: dict[str, float] | None = None,
+    def register(self, space: CoreSpace, name: str, metrics: dict[str, float] | None = None,
                  run_id: str | None = None) -> int:
         """Log the space as a run (a new one, or `run_id` from `new_run`) and register it as a
         new version of `name`."""
@@ -121,6 +121,6 @@ class Registry(Tracker):
         except Exception as e:
             raise LookupError(f"cannot load {uri} from the registry at {self.tracking_uri}: {e}") from e
 
-    def load(self, uri: str) -> Space:
-        """`models:/<name>@<alias>` or `models:/<name>/<version>` -> the saved Space."""
-        return Space.load(self.download(uri))
+    def load(self, uri: str) -> CoreSpace:
+        """`models:/<name>@<alias>` or `models:/<name>/<version>` -> the saved CoreSpace."""
+        return CoreSpace.load(self.download(uri))

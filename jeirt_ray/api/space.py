@@ -16,10 +16,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from . import registry
-from .encoders import QuestionEncoder, make_encoder
-from .model.space import Space as _CoreSpace
-from .routing.router import PolicyName, Router
+from ..tracking.registry import SpaceRegistry
+from ..encoders import QuestionEncoder, make_encoder
+from ..model.space import CoreSpace
+from ..routing.decisions import DEFAULT_TOP_K, PolicyName, RouteDecision
+from ..routing.router import SpaceRouter
 
 
 def encoder_spec(encoder_id: str) -> str | None:
@@ -33,7 +34,7 @@ def encoder_spec(encoder_id: str) -> str | None:
 
 
 @dataclasses.dataclass
-class Space(_CoreSpace):
+class Space(CoreSpace):
     """A trained JE-IRT space: an ensemble of members over one LLM table and one encoder.
 
     Create one with `jr.train`, or load one with `Space.load`. Every method takes question texts:
@@ -41,10 +42,10 @@ class Space(_CoreSpace):
     """
 
     @classmethod
-    def from_core(cls, space: _CoreSpace) -> "Space":
+    def from_core(cls, space: CoreSpace) -> "Space":
         """The public class over a space built by the core (training, the registry)."""
         return space if isinstance(space, cls) else cls(**{f.name: getattr(space, f.name)
-                                                             for f in dataclasses.fields(_CoreSpace)})
+                                                             for f in dataclasses.fields(CoreSpace)})
 
     @classmethod
     def load(cls, location: str | Path, *, tracking_uri: str | None = None) -> "Space":
@@ -52,7 +53,7 @@ class Space(_CoreSpace):
         `models:/<name>/<version>` (the registry at `tracking_uri`, default MLFLOW_TRACKING_URI or
         $JEIRT_HOME/mlflow.db)."""
         if str(location).startswith("models:/"):
-            location = registry.Registry(tracking_uri).download(str(location))
+            location = SpaceRegistry(tracking_uri).download(str(location))
         return super().load(location)
 
     # ---- the encoder ------------------------------------------------------------------------
@@ -88,39 +89,65 @@ class Space(_CoreSpace):
     def predict(self, texts: Sequence[str]) -> pd.DataFrame:
         """P(correct) of every LLM on every text: one row per text (in order, indexed by the
         text), one column per LLM."""
-        texts = _texts(texts)
+        texts = _texts(texts, "predict")
         p = self.predict_proba(self.embed(texts))
         return pd.DataFrame(p, index=pd.Index(texts, name="text"), columns=pd.Index(self.model_names, name="llm"))
 
+    def router(self, costs: dict[str, float] | None = None) -> SpaceRouter:
+        """The router over this space (built once per cost table: the benchmark centroids and the
+        routing policy's signals are computed on first use)."""
+        key = None if costs is None else tuple(sorted((str(k), float(v)) for k, v in costs.items()))
+        cache = self.__dict__.setdefault("_routers", {})
+        if key not in cache:
+            cache.clear()  # one cost table at a time is what a user holds
+            cache[key] = SpaceRouter(self, costs)
+        return cache[key]
+
     def route(self, texts: Sequence[str], *, policy: PolicyName = "tuned", candidates: Sequence[str] | None = None,
-              top_k: int | None = 1, costs: dict[str, float] | None = None, cost_weight: float = 0.0,
-              margin: float = 0.02, budget: float | None = None) -> list[dict]:
-        """The LLM to ask for each text, as `POST /v1/route` answers: per text a dict with
-        `chosen`, `p_correct`, `scores` (the best `top_k` allowed LLMs; None: all), `policy`,
-        `difficulty`, `nearest_benchmark`, `expected_cost`.
+              top_k: int | None = DEFAULT_TOP_K, min_p: float | None = None, costs: dict[str, float] | None = None,
+              cost_weight: float = 0.0, margin: float = 0.02, budget: float | None = None) -> list[RouteDecision]:
+        """The LLM to ask for each text, as `POST /v1/route` answers: per text a `RouteDecision`
+        (a plain dict): `chosen`, `p_correct`, `ranking`, `scores` (the best `top_k` allowed
+        LLMs; None: all), `policy`, `difficulty`, `nearest_benchmark`, `expected_cost`.
 
         `policy`: `tuned` (chosen on validation when the space was trained), `most_likely`,
         `cost_weighted` or `cheapest_within_margin` (these two need `costs`, {LLM: price});
-        `candidates`: the LLMs allowed; `budget`: drop LLMs costing more."""
-        router = Router(self, costs)
-        return router.route(self.embed(texts), policy=policy, candidates=list(candidates) if candidates else None,
-                            top_k=top_k, cost_weight=cost_weight, margin=margin, budget=budget)
+        `candidates`: the LLMs allowed; `min_p`: allow only LLMs whose p reaches it; `budget`:
+        drop LLMs costing more."""
+        texts = _texts(texts, "route")
+        if isinstance(candidates, str):
+            raise TypeError(f"Space.route: candidates must be a list of LLM names, e.g. [{candidates!r}]")
+        return self.router(costs).route(self.embed(texts), policy=policy,
+                                        candidates=list(candidates) if candidates else None, top_k=top_k,
+                                        cost_weight=cost_weight, margin=margin, budget=budget, min_p=min_p)
 
-    def onboard(self, name: str, questions: Sequence[str], labels: Sequence[float], *, holdout: float = 0.2,
-                seed: int = 0) -> "Space":
+    def onboard(self, name: str, questions: Sequence[str], labels: Sequence[float], *, replace: bool = False,
+                holdout: float = 0.2, seed: int = 0) -> "Space":
         """A new Space with LLM `name` fitted from its `labels` (in [0, 1]) on `questions`: each a
         question id of the space's training questions or a question text. Everything else stays
-        frozen; this space is unchanged. The fit's report is in
-        `new.metadata["onboarded"][name]`."""
-        from .model.onboarding import onboard
-        questions, labels = list(questions), np.asarray(labels, dtype=np.float64)
+        frozen; this space is unchanged. An LLM the space already has is refitted only with
+        `replace=True`. The fit's report is in `new.metadata["onboarded"][name]`."""
+        from ..model.onboarding import onboard
+        if not isinstance(name, str) or not name.strip():
+            raise TypeError(f"Space.onboard: name must be a non-empty string, got {name!r}")
+        if name in self.model_names and not replace:
+            raise ValueError(f"Space.onboard: the space already has an LLM named {name!r}; pass replace=True to "
+                             f"refit its vector, or choose another name")
+        for arg, value in (("questions", questions), ("labels", labels)):
+            if isinstance(value, (str, bytes)):
+                raise TypeError(f"Space.onboard: {arg} must be a list, e.g. [{value!r}], not a string")
+        questions = [str(q) for q in questions]
+        try:
+            labels = np.asarray(list(labels), dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError("Space.onboard: labels must be numbers in [0, 1]") from None
         if len(questions) != len(labels):
-            raise ValueError(f"{len(questions)} questions but {len(labels)} labels")
+            raise ValueError(f"Space.onboard: {len(questions)} questions but {len(labels)} labels")
         if not len(questions):
-            raise ValueError("no responses to onboard from")
+            raise ValueError("Space.onboard: no responses to onboard from")
         if ((labels < 0) | (labels > 1) | np.isnan(labels)).any():
             bad = int(np.flatnonzero((labels < 0) | (labels > 1) | np.isnan(labels))[0])
-            raise ValueError(f"label {bad} is {labels[bad]!r}: labels must lie in [0, 1]")
+            raise ValueError(f"Space.onboard: label {bad} is {float(labels[bad])!r}; labels must lie in [0, 1]")
         pos = {q: i for i, q in enumerate(self.question_ids)} if self.question_embeddings is not None else {}
         texts = [q for q in questions if q not in pos]
         vectors = iter(self.embed(texts)) if texts else iter(())
@@ -128,16 +155,16 @@ class Space(_CoreSpace):
         return Space.from_core(onboard(self, name, x, labels, holdout=holdout, seed=seed).space)
 
 
-def _texts(texts: Sequence[str]) -> list[str]:
-    if isinstance(texts, str):
-        raise TypeError("pass a list of texts, e.g. space.predict([text])")
+def _texts(texts: Sequence[str], method: str = "embed") -> list[str]:
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"Space.{method}: pass a list of texts, e.g. space.{method}([text])")
     out = [str(t) for t in texts]
     if not out:
-        raise ValueError("no texts given")
+        raise ValueError(f"Space.{method}: no texts given")
     return out
 
 
-class Registry(registry.Registry):
+class Registry(SpaceRegistry):
     """The MLflow registry of spaces: `register`, `promote`, `load`, `list` (default tracking URI:
     MLFLOW_TRACKING_URI, else a SQLite database under $JEIRT_HOME)."""
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .model.train import TrainConfig
+from ..model.train import TrainConfig
 
 CRITERIA = ("val_loss", "val_accuracy", "val_auc")
 _DOMAINS = ("grid", "choice", "uniform", "loguniform", "randint")

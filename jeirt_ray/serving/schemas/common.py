@@ -1,0 +1,66 @@
+"""Limits, shared field types and the error body of every route."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import (
+    BaseModel,
+    StringConstraints,
+)
+
+from ...routing.decisions import PolicyName
+
+MAX_QUERY_CHARS = 8000
+
+
+MAX_QUERIES = 64
+
+
+MAX_RESPONSES = 100_000
+
+
+# request bodies above these sizes are refused with 413 before they are read in full
+MAX_BODY_BYTES = 4 * 2**20
+
+
+MAX_ONBOARD_BODY_BYTES = 64 * 2**20
+
+
+# some text besides ASCII white space (a JSON-schema pattern matches anywhere in the string). Spelt
+# out because `\S` differs between regex engines (pydantic's Rust, Python's, ECMAScript's).
+BLANK = " \t\n\r\f\v"
+
+
+TEXT_PATTERN = r"[^ \t\n\r\f\v]"
+
+
+Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS, pattern=TEXT_PATTERN)]
+
+
+Policy = PolicyName
+
+
+def _a_number(value):
+    """pydantic's lax mode would take true for 1 and "5" for 5, which the schema refuses."""
+    if isinstance(value, (bool, str)):
+        raise ValueError("must be a JSON number")
+    return value
+
+
+def exactly_one_of(a: str, a_type: str, b: str, b_type: str) -> dict:
+    """JSON schema: exactly one of properties `a` and `b` is given (and not null)."""
+    return {"oneOf": [{"required": [a], "properties": {a: {"type": a_type}}},
+                      {"required": [b], "properties": {b: {"type": b_type}}}]}
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: a one-line `error`, and for validation errors each problem in `detail`."""
+    error: str
+    detail: list[ErrorItem] | None = None

@@ -1,0 +1,53 @@
+"""`POST /v1/onboard`."""
+
+from __future__ import annotations
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    field_validator,
+    model_validator,
+)
+
+from .common import MAX_RESPONSES, Query, _a_number, exactly_one_of
+
+
+class Response(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one_of("question_id", "string", "text", "string"))
+    question_id: str | None = Field(None, min_length=1)
+    text: Query | None = None
+    label: float = Field(ge=0, le=1)
+
+    _numbers = field_validator("label", mode="before")(_a_number)
+
+    @model_validator(mode="after")
+    def one_of_id_text(self):
+        if (self.question_id is None) == (self.text is None):
+            raise ValueError("each response gives exactly one of 'question_id' or 'text'")
+        return self
+
+
+class OnboardRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, max_length=200)
+    responses: list[Response] = Field(min_length=1, max_length=MAX_RESPONSES)
+    promote: StrictBool = False
+    holdout: float = Field(0.2, ge=0, lt=1)
+    suggest: int = Field(10, ge=0, le=1000)
+
+    _numbers = field_validator("holdout", "suggest", mode="before")(_a_number)
+
+
+class OnboardResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str
+    responses: int
+    members: int
+    heldout: dict[str, float | int] | None = Field(None, description="quality on the held-back responses")
+    fit_seconds: float
+    next_questions: list[dict[str, str | float]] | None = None
+    version: int
+    based_on_version: int
+    promoted_to: str | None

@@ -1,0 +1,54 @@
+"""`POST /v1/route`."""
+
+from __future__ import annotations
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from ...routing.decisions import DEFAULT_TOP_K, RouteDecision
+from .common import BLANK, MAX_QUERIES, Policy, Query, _a_number, exactly_one_of
+
+
+class RouteRequest(BaseModel):
+    """Route one query or a batch. Policies: `tuned` (the policy chosen on validation questions
+    and stored with the space, see jeirt_ray/routing/policies.py; the highest p where the space
+    has none), `most_likely` (highest predicted probability of a correct answer), `cost_weighted`
+    (maximise p - cost_weight * cost), `cheapest_within_margin` (the cheapest LLM whose p is
+    within `margin` of the best); `budget` drops LLMs costing more."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one_of("query", "string", "queries", "array"))
+    query: Query | None = None
+    queries: list[Query] | None = Field(None, min_length=1, max_length=MAX_QUERIES)
+    candidates: list[str] | None = Field(None, min_length=1)
+    top_k: int | None = Field(DEFAULT_TOP_K, ge=1, description="LLMs listed in `scores` (null: every allowed one)")
+    policy: Policy | None = None
+    cost_weight: float = Field(0.0, ge=0)
+    margin: float = Field(0.02, ge=0, le=1)
+    budget: float | None = Field(None, ge=0, description="drop LLMs costing more per call")
+    min_p: float | None = Field(None, ge=0, le=1, description="allow only LLMs whose p reaches this")
+
+    _numbers = field_validator("top_k", "cost_weight", "margin", "budget", "min_p", mode="before")(_a_number)
+
+    @model_validator(mode="after")
+    def one_of_query_queries(self):
+        if (self.query is None) == (self.queries is None):
+            raise ValueError("give exactly one of 'query' (a string) or 'queries' (a list of strings)")
+        return self
+
+    @property
+    def texts(self) -> list[str]:
+        return [q.strip(BLANK) for q in ([self.query] if self.query is not None else self.queries)]
+
+    def options(self) -> dict:
+        """The routing options, as `routing.router.SpaceRouter.route` takes them."""
+        return self.model_dump(include={"policy", "candidates", "top_k", "cost_weight", "margin", "budget", "min_p"})
+
+
+class RouteResponse(BaseModel):
+    space: str
+    results: list[RouteDecision]

@@ -1,0 +1,2 @@
+"""MLflow: runs, metrics and artifacts (`runs.Tracker`) and the registry of spaces
+(`registry.SpaceRegistry`)."""

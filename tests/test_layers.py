@@ -1,0 +1,32 @@
+"""The package's layers (pyproject.toml, [tool.importlinter]): imports only run down, inside
+functions too. `lint-imports` prints the chain of any import that runs up."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_imports_only_run_down_the_layers():
+    lint = Path(sys.executable).with_name("lint-imports")
+    out = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "1 kept, 0 broken" in out.stdout
+
+
+def test_the_layer_check_fails_on_an_import_that_runs_up(tmp_path):
+    """The same contract over a copy of the package with one import up a layer (the routing
+    layer importing the experiments layer, as it once did): the check must fail on it."""
+    import shutil
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "jeirt_ray", copy / "jeirt_ray", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    policies = copy / "jeirt_ray" / "routing" / "policies.py"
+    policies.write_text(policies.read_text() + "\n\ndef _up():\n    from ..experiments.methods import train_space\n"
+                        "    return train_space\n")
+    lint = Path(sys.executable).with_name("lint-imports")
+    out = subprocess.run([str(lint), "--no-cache"], cwd=copy, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
+    assert out.returncode != 0
+    assert "jeirt_ray.routing.policies -> jeirt_ray.experiments.methods" in out.stdout
