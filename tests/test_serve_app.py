@@ -159,7 +159,7 @@ def test_http_route_models_health_and_chat(service, registry):
     ("/v1/route", {"query": "q", "margin": "0.1"}, {}, 422, "margin"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, {}, 422, "stream"),
     ("/v1/route", {"query": "q", "candidates": ["gpt-9"]}, {}, 404, "unknown candidate"),
-    ("/v1/route", {"query": "q", "policy": "cost_weighted"}, {}, 409, "cost table"),
+    ("/v1/route", {"query": "q", "policy": "cost_weighted"}, {}, 409, "need prices"),
     ("/v1/chat/completions", {"messages": [{"role": "system", "content": "x"}]}, {}, 422, "no user message"),
     ("/v1/onboard", {"model": "m", "responses": [{"question_id": "q", "label": 1}]}, {}, 401, "bearer token"),
     ("/v1/onboard", {"model": "m", "responses": [{"question_id": "q", "label": 1}]},

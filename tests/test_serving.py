@@ -79,7 +79,7 @@ def test_route_errors_name_the_problem(space, prep):
     core = SpaceRouter(space)
     with pytest.raises(RequestError, match=r"unknown candidate LLM\(s\) \['gpt-9'\]"):
         core.route(prep.X[:1], candidates=["gpt-9"])
-    with pytest.raises(RequestError, match="need a cost table"):
+    with pytest.raises(RequestError, match="need prices; none are configured"):
         core.route(prep.X[:1], policy="cost_weighted")
     with pytest.raises(ValueError, match="no price for"):
         SpaceRouter(space, {space.model_names[0]: 1.0})

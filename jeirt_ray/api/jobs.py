@@ -167,7 +167,8 @@ def ray_fitter(data_name: str, workers: int, gpus: bool = False, mlflow_run: str
 def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool = True, members: int | None = None,
           workers: int | None = None, gpus: bool = False, finetune: str | None = None, encoder_lr: float = 3e-5,
           split: SplitLike = None, partial_split: bool = False, seed: int = 0, trials: int | None = None,
-          criterion: str = "val_loss", held_out_benchmarks: int = 6, mlflow_run: str | None = None, out: str | Path | None = None,
+          criterion: str = "val_loss", held_out_benchmarks: int = 6, prices: str | Path | None = None,
+          mlflow_run: str | None = None, out: str | Path | None = None,
           progress: bool = True) -> Space:
     """Train a JE-IRT space and choose its routing policy on validation questions.
 
@@ -182,6 +183,9 @@ def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool
     - `held_out_benchmarks`: the routing policy is chosen both on validation and with up to
       this many benchmarks held out of training in turn (one more training each), so that it
       also holds on benchmarks the space never saw; 0: on validation alone.
+    - `prices`: a price table (CSV/YAML/JSON, USD per million tokens; routing.prices), stored
+      with the space for its cost policies, with the answer lengths the data folder records
+      (`outputs_meta.*`) per LLM and benchmark of the training questions.
     - `mlflow_run`: with `workers`, the name of an MLflow run that rank 0 logs the epochs into.
     - `out`: save the space there, with the split it was trained on (split.json).
     """
@@ -210,6 +214,8 @@ def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool
     space, policy, _ = tune_routing(space, prep, held_out_benchmarks)
     log.info("routing policy chosen on %s validation questions: %s (router accuracy %.3f)",
              prep.split.questions(1).size, policy.model_dump(), space.metadata["routing_policy"]["val_accuracy"])
+    if prices is not None:
+        space.metadata |= price_metadata(prices, prep)
     space = Space.from_core(space)
     if out is not None:
         space.save(out)
@@ -217,6 +223,19 @@ def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool
         log.info("saved the space (%s members, %s configuration, %s LLMs) and its split to %s", len(space.members),
                  space.metadata["recipe"], len(space.model_names), out)
     return space
+
+
+def price_metadata(prices: str | Path, prep) -> dict:
+    """The space's `prices` (resolved for its LLMs, each price's source said in one line) and
+    `answer_tokens` (from the data folder's recorded answer lengths, else the default)."""
+    from ..routing.prices import OutputLengths, PriceTable, read_answer_tokens, resolve_prices
+    resolved = resolve_prices(prep.data.models, PriceTable.read(prices))
+    log.info("%s", resolved.summary())
+    folder = prep.data.extra.get("folder")
+    answers = read_answer_tokens(folder, prep.data.models, prep.data.question_ids) if folder else None
+    lengths = OutputLengths.constant(prep.data.n_models) if answers is None else OutputLengths.from_matrix(
+        answers[0], prep.split.questions(0), prep.data.benchmarks, answers[1])
+    return {"prices": resolved.to_dict(), "answer_tokens": lengths.to_dict()}
 
 
 def register(space: Space, name: str, *, alias: str | None = None, tracking_uri: str | None = None) -> int:

@@ -10,8 +10,9 @@ onboards from question texts) and `Registry` (MLflow's registry of spaces).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,10 @@ from ..tracking.registry import SpaceRegistry
 from ..encoders import QuestionEncoder, make_encoder
 from ..model.space import CoreSpace
 from ..routing.decisions import DEFAULT_TOP_K, PolicyName, RouteDecision
+from ..routing.prices import LLMPrices, PriceTable, resolve_prices
 from ..routing.router import SpaceRouter
+
+log = logging.getLogger("jeirt.api")
 
 
 def encoder_spec(encoder_id: str) -> str | None:
@@ -93,33 +97,42 @@ class Space(CoreSpace):
         p = self.predict_proba(self.embed(texts))
         return pd.DataFrame(p, index=pd.Index(texts, name="text"), columns=pd.Index(self.model_names, name="llm"))
 
-    def router(self, costs: dict[str, float] | None = None) -> SpaceRouter:
-        """The router over this space (built once per cost table: the benchmark centroids and the
-        routing policy's signals are computed on first use)."""
-        key = None if costs is None else tuple(sorted((str(k), float(v)) for k, v in costs.items()))
+    def router(self, costs: dict[str, float] | None = None, prices: PricesLike = None) -> SpaceRouter:
+        """The router over this space (built once per cost table or price table: the benchmark
+        centroids, the routing policy's signals and the budget weights are computed once).
+        `prices`: a price table (file or `PriceTable`; default: the prices stored with the space)."""
+        key = (None if costs is None else tuple(sorted((str(k), float(v)) for k, v in costs.items())),
+               None if prices is None else (str(prices) if isinstance(prices, (str, Path)) else id(prices)))
         cache = self.__dict__.setdefault("_routers", {})
         if key not in cache:
             cache.clear()  # one cost table at a time is what a user holds
-            cache[key] = SpaceRouter(self, costs)
+            cache[key] = SpaceRouter(self, costs, prices=_llm_prices(prices, self.model_names))
         return cache[key]
 
     def route(self, texts: Sequence[str], *, policy: PolicyName = "tuned", candidates: Sequence[str] | None = None,
-              top_k: int | None = DEFAULT_TOP_K, min_p: float | None = None, costs: dict[str, float] | None = None,
-              cost_weight: float = 0.0, margin: float = 0.02, budget: float | None = None) -> list[RouteDecision]:
+              top_k: int | None = DEFAULT_TOP_K, min_p: float | None = None, prices: PricesLike = None,
+              costs: dict[str, float] | None = None, cost_weight: float = 0.0, margin: float = 0.02,
+              target_p: float | None = None, target_share: float | None = None, budget_per_1k: float | None = None,
+              budget: float | None = None) -> list[RouteDecision]:
         """The LLM to ask for each text, as `POST /v1/route` answers: per text a `RouteDecision`
         (a plain dict): `chosen`, `p_correct`, `ranking`, `scores` (the best `top_k` allowed
-        LLMs; None: all), `policy`, `difficulty`, `nearest_benchmark`, `expected_cost`.
+        LLMs; None: all), `policy`, `difficulty`, `nearest_benchmark`, `expected_cost` (USD).
 
-        `policy`: `tuned` (chosen on validation when the space was trained), `most_likely`,
-        `cost_weighted` or `cheapest_within_margin` (these two need `costs`, {LLM: price});
+        `policy`: `tuned` (chosen on validation when the space was trained), `most_likely`, or a
+        cost policy: `cost_weighted` (p - cost_weight x cost), `cheapest_within_margin`,
+        `quality_target` (the cheapest LLM whose p reaches `target_p`, or `target_share` x the
+        best p) or `budget` (spend `budget_per_1k` USD per 1,000 queries on average). Cost
+        policies need prices: `prices` (a price table file, see routing.prices; default: those
+        stored when the space was trained with `prices=`) or `costs` ({LLM: USD per call}).
         `candidates`: the LLMs allowed; `min_p`: allow only LLMs whose p reaches it; `budget`:
-        drop LLMs costing more."""
+        drop LLMs costing more per call."""
         texts = _texts(texts, "route")
         if isinstance(candidates, str):
             raise TypeError(f"Space.route: candidates must be a list of LLM names, e.g. [{candidates!r}]")
-        return self.router(costs).route(self.embed(texts), policy=policy,
-                                        candidates=list(candidates) if candidates else None, top_k=top_k,
-                                        cost_weight=cost_weight, margin=margin, budget=budget, min_p=min_p)
+        return self.router(costs, prices).route(
+            self.embed(texts), texts=texts, policy=policy, candidates=list(candidates) if candidates else None,
+            top_k=top_k, cost_weight=cost_weight, margin=margin, budget=budget, min_p=min_p, target_p=target_p,
+            target_share=target_share, budget_per_1k=budget_per_1k)
 
     def onboard(self, name: str, questions: Sequence[str], labels: Sequence[float], *, replace: bool = False,
                 holdout: float = 0.2, seed: int = 0) -> "Space":
@@ -153,6 +166,19 @@ class Space(CoreSpace):
         vectors = iter(self.embed(texts)) if texts else iter(())
         x = np.stack([self.question_embeddings[pos[q]] if q in pos else next(vectors) for q in questions])
         return Space.from_core(onboard(self, name, x, labels, holdout=holdout, seed=seed).space)
+
+
+PricesLike = Union[str, Path, PriceTable, None]
+
+
+def _llm_prices(prices: PricesLike, models: list[str]) -> LLMPrices | None:
+    """A price table (file or object) resolved for `models` (the others by the labelled fallbacks)."""
+    if prices is None:
+        return None
+    table = prices if isinstance(prices, PriceTable) else PriceTable.read(prices)
+    resolved = resolve_prices(models, table)
+    log.info("%s", resolved.summary())
+    return resolved
 
 
 def _texts(texts: Sequence[str], method: str = "embed") -> list[str]:

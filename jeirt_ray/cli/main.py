@@ -88,6 +88,9 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int =
           register: Optional[str] = typer.Option(None, help="also register the space under this name in MLflow"),
           promote: Optional[str] = typer.Option(None, help="with --register: point this alias at the new version"),
           finetune: Optional[str] = FinetuneOpt, encoder_lr: float = EncoderLrOpt,
+          prices: Optional[Path] = typer.Option(None, "--prices", help="a price table (CSV model,input_usd_per_mtok,"
+                                                "output_usd_per_mtok; YAML or JSON) stored with the space for "
+                                                "its cost policies"),
           held_out_benchmarks: int = typer.Option(6, "--held-out-benchmarks", min=0, help=(
               "choose the routing policy also with up to this many benchmarks held out of training in turn "
               "(one more training each), so that it holds on unseen benchmarks; 0: on validation alone"))):
@@ -100,6 +103,7 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int =
         space = pipeline.train(d, encoder=encoder, search=search, members=members, workers=workers, gpus=gpus,
                                finetune=finetune, encoder_lr=encoder_lr, split=split, partial_split=partial_split,
                                seed=seed, trials=trials, criterion=criterion, held_out_benchmarks=held_out_benchmarks,
+                               prices=prices,
                                mlflow_run=f"train-{register}" if register else None,
                                out=out or paths.home() / "spaces" / d.name)
         if register:

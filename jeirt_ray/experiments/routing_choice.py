@@ -5,7 +5,9 @@ and their signals; this module trains what the choice needs).
 distribution) and with benchmarks held out in turn (leave-one-benchmark-out inside the training
 data: a member of the space and the signals fitted without the benchmark, as a query of an
 unseen benchmark meets them), and keeps the policy that does best held out among those within
-`ID_TOLERANCE` of the best in distribution; there every mixing policy has a coverage gate.
+`ID_TOLERANCE` of the best in distribution; there every mixing policy has a coverage gate. A
+mixing policy is kept only where its gain over the argmax is clear of noise, measured out of
+half (routing.policies.choose_policy); the evidence is stored with the policy.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 
 from ..data.splits import Split
 from ..routing.policies import (GATE_QUANTILES, MAX_HELD_OUT_BENCHMARKS, MIN_HELD_OUT_QUESTIONS, Policy,
-                                RoutingSignals, SignalBuilder, candidate_policies, select_policy)
+                                RoutingSignals, SignalBuilder, candidate_policies, choose_policy)
 from .methods import train_space
 
 
@@ -81,11 +83,11 @@ def tune_routing(space, prep, held_out_benchmarks: int = MAX_HELD_OUT_BENCHMARKS
     held_out = held_out_benchmark_signals(space, prep, rows, labels, builder.benches, held_out_benchmarks)
     gates = np.quantile(signals.coverage, GATE_QUANTILES) if held_out else ()
     candidates = candidate_policies(ks=builder.ks, has_topic=builder.topic_coef is not None, gates=gates)
-    policy, table = select_policy(signals, labels, candidates, held_out)
+    policy, table, evidence = choose_policy(signals, labels, candidates, held_out, seed=prep.split.seed)
     row = table[candidates.index(policy)]
     chosen = {**policy.model_dump(), "val_accuracy": row["val_accuracy"],
               "held_out_accuracy": row.get("held_out_accuracy"), "held_out_benchmarks": len(held_out),
-              "benchmarks": builder.benches.tolist()}
+              "benchmarks": builder.benches.tolist(), "evidence": evidence}
     tuned = dataclasses.replace(space, metadata={**copy.deepcopy(space.metadata), "routing_policy": chosen},
                                 routing=builder.to_arrays())
     return tuned, policy, table

@@ -84,8 +84,8 @@ def load_costs(table: dict[str, float], models: list[str] | np.ndarray, origin: 
 def cost_weighted_choice(p: np.ndarray, costs: np.ndarray, weight: float,
                          available: np.ndarray | None = None) -> np.ndarray:
     """The `cost_weighted` rule: per row, the LLM with the highest p - weight * cost (among the
-    available ones)."""
-    scores = p - weight * costs[None, :]
+    available ones); `costs` per LLM (M,) or per query and LLM (n, M)."""
+    scores = p - weight * (costs if costs.ndim == 2 else costs[None, :])
     return scores.argmax(1) if available is None else available_argmax(scores, available)
 
 
@@ -96,7 +96,8 @@ def cheapest_within_margin(p: np.ndarray, costs: np.ndarray, margin: float,
     p = p if available is None else np.where(available, p, -np.inf)
     ok = p >= p.max(1, keepdims=True) - margin
     # among the LLMs within the margin: the lowest cost, then the highest p
-    order = np.lexsort((-np.where(ok, p, -np.inf), np.where(ok, costs[None, :], np.inf)), axis=1)
+    per_query = costs if costs.ndim == 2 else np.broadcast_to(costs[None, :], p.shape)
+    order = np.lexsort((-np.where(ok, p, -np.inf), np.where(ok, per_query, np.inf)), axis=1)
     return order[:, 0]
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 from typing_extensions import TypedDict
 
-PolicyName = Literal["tuned", "most_likely", "cost_weighted", "cheapest_within_margin"]
+PolicyName = Literal["tuned", "most_likely", "cost_weighted", "cheapest_within_margin", "quality_target", "budget"]
 POLICIES: tuple[str, ...] = PolicyName.__args__
 DEFAULT_TOP_K = 5  # LLMs listed in a decision's `scores` (None: every allowed one), everywhere
 

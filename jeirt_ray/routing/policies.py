@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from sklearn.linear_model import LogisticRegression
 
 from ..model.baselines import KNN
-from .outcomes import available_argmax, routed_labels, train_rates
+from .outcomes import available_argmax, bootstrap_ci, routed_labels, train_rates
 
 COVERAGE_K = 10  # neighbours whose mean similarity is a query's coverage
 # of in-distribution validation coverage: the gates tried; the first is a floor, as validation
@@ -47,6 +47,12 @@ class RoutingSignals:
     topic: np.ndarray | None = None  # (n, M)
     prior: np.ndarray | None = None  # (M,)
     coverage: np.ndarray | None = None  # (n,)
+
+    def take(self, rows: np.ndarray) -> "RoutingSignals":
+        """The signals of some queries only."""
+        return RoutingSignals(self.p[rows], {k: v[rows] for k, v in self.local.items()},
+                              None if self.topic is None else self.topic[rows], self.prior,
+                              None if self.coverage is None else self.coverage[rows])
 
 
 class Policy(BaseModel):
@@ -178,8 +184,13 @@ def candidate_policies(ks=(25, 50, 100, 200, 400), has_topic: bool = True, gates
     return [Policy(name="argmax"), *[Policy(name="margin", margin=t) for t in (0.01, 0.02, 0.05, 0.1)], *mixing]
 
 
+def policy_outcomes(policy: Policy, signals: RoutingSignals, labels: np.ndarray) -> np.ndarray:
+    """The label of the LLM the policy picks, per query."""
+    return routed_labels(policy.choose(signals, ~np.isnan(labels)), labels)
+
+
 def policy_accuracy(policy: Policy, signals: RoutingSignals, labels: np.ndarray) -> float:
-    return float(routed_labels(policy.choose(signals, ~np.isnan(labels)), labels).mean())
+    return float(policy_outcomes(policy, signals, labels).mean())
 
 
 def select_policy(signals: RoutingSignals, labels: np.ndarray, candidates: list[Policy],
@@ -198,3 +209,50 @@ def select_policy(signals: RoutingSignals, labels: np.ndarray, candidates: list[
         (lambda i: (table[i]["val_accuracy"], -i))
     best = max((i for i in range(len(table)) if table[i]["val_accuracy"] >= top - tolerance), key=key)
     return candidates[best], table
+
+
+def choose_policy(signals: RoutingSignals, labels: np.ndarray, candidates: list[Policy],
+                  held_out: list[tuple[RoutingSignals, np.ndarray]] = (), tolerance: float = ID_TOLERANCE,
+                  seed: int = 0) -> tuple[Policy, list[dict], dict]:
+    """`select_policy`'s pick, kept only where its gain over the argmax (`candidates[0]`) is
+    clear of noise; else the argmax. (policy, validation table, evidence)
+
+    The gain is measured as the selection would meet new queries: the validation questions
+    (and each held-out benchmark's) are split in two halves; the policy selected on one half is
+    scored against the argmax on the other, and the other way round. The mixing policy is kept
+    only if the 95% bootstrap interval of that out-of-half gain lies above 0 in distribution
+    and, where benchmarks were held out, on them too."""
+    argmax = candidates[0]
+    if argmax.name != "argmax":
+        raise ValueError("choose_policy: the first candidate must be the argmax")
+    chosen, table = select_policy(signals, labels, candidates, held_out, tolerance)
+    evidence: dict = {"candidate": chosen.model_dump(), "rule": "kept only if its out-of-half gain over argmax "
+                      "has a 95% interval above 0 in distribution and on held-out benchmarks"}
+    if chosen == argmax:
+        return argmax, table, {**evidence, "kept": True, "why": "argmax is the best on validation"}
+    rng = np.random.default_rng(seed)
+    halves = rng.random(len(labels)) < 0.5
+    ho_halves = [rng.random(len(y)) < 0.5 for _, y in held_out]
+    gains, ho_gains = [], []
+    for half in (True, False):
+        fit_ho = [(s.take(h == half), y[h == half]) for (s, y), h in zip(held_out, ho_halves)]
+        fit_ho = [(s, y) for s, y in fit_ho if len(y)]
+        pick, _ = select_policy(signals.take(halves == half), labels[halves == half], candidates, fit_ho, tolerance)
+        other = halves != half
+        gains.append(policy_outcomes(pick, signals.take(other), labels[other])
+                     - policy_outcomes(argmax, signals.take(other), labels[other]))
+        for (s, y), h in zip(held_out, ho_halves):
+            if (h != half).any():
+                ho_gains.append(policy_outcomes(pick, s.take(h != half), y[h != half])
+                                - policy_outcomes(argmax, s.take(h != half), y[h != half]))
+    gain = np.concatenate(gains)
+    evidence |= {"val_questions": int(len(gain)), "val_gain": float(gain.mean()), "val_gain_ci95": bootstrap_ci(gain)}
+    keep = evidence["val_gain_ci95"][0] > 0
+    if held_out:
+        ho = np.concatenate(ho_gains) if ho_gains else np.zeros(0)
+        evidence |= {"held_out_questions": int(len(ho)), "held_out_gain": float(ho.mean()) if len(ho) else None,
+                     "held_out_gain_ci95": bootstrap_ci(ho) if len(ho) else None}
+        keep = keep and len(ho) > 0 and evidence["held_out_gain_ci95"][0] > 0
+    evidence["kept"] = bool(keep)
+    evidence["why"] = "its gain is clear of noise" if keep else "its gain over argmax is not clear of noise: argmax"
+    return (chosen if keep else argmax), table, evidence

@@ -3,12 +3,17 @@ way offline (`jr.Space.route`, the studies) and in the Serve router.
 
 Policies:
 - `tuned`: the policy chosen on validation questions and stored with the space
-  (policies.tune_routing); the highest p where the space has none;
+  (experiments.routing_choice.tune_routing); the highest p where the space has none;
 - `most_likely`: the highest predicted P(correct);
-- `cost_weighted`: the highest p - cost_weight * cost (costs.cost_weighted_choice);
-- `cheapest_within_margin`: the cheapest LLM whose p is within `margin` of the best
-  (costs.cheapest_within_margin).
-`candidates` restricts the LLMs; `budget` drops those costing more per call.
+- `cost_weighted`: expected utility, the highest p - cost_weight x cost;
+- `cheapest_within_margin`: the cheapest LLM whose p is within `margin` of the best;
+- `quality_target`: the cheapest LLM whose p reaches `target_p`, or `target_share` x the best p
+  (the best p where none does);
+- `budget`: expected utility with the cost weight chosen so that the expected spend per 1,000
+  queries like the space's own questions meets `budget_per_1k` (USD).
+Costs: USD per (query, LLM) from prices (routing.prices: input tokens x input price + expected
+answer tokens x output price), or a flat price per call per LLM (`costs`). `candidates` restricts
+the LLMs; `budget` drops those costing more per call; `min_p` those whose p falls short.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from .costs import cheapest_within_margin, cost_weighted_choice
 from .decisions import DEFAULT_TOP_K, POLICIES, RouteDecision
 from .outcomes import available_argmax
 from .policies import Policy, SignalBuilder
+from .prices import LLMPrices, OutputLengths, cost_matrix, token_counter
 
+COST_POLICIES = ("cost_weighted", "cheapest_within_margin", "quality_target", "budget")
+BUDGET_QUERIES = 2000  # the space's own questions that a budget's cost weight is calibrated on
 
 
 class RequestError(ValueError):
@@ -38,10 +46,12 @@ class Conflict(RequestError):
 
 
 class SpaceRouter:
-    """Routes encoder embeddings with a space (`model.space.Space`); `costs`: {LLM: price per
-    call}, needed by the cost policies and `budget`."""
+    """Routes encoder embeddings with a space (`model.space.CoreSpace`). Costs, needed by the cost
+    policies and `budget`: `prices` (per LLM, USD per million tokens; default: the prices stored
+    with the space, if any) or `costs` ({LLM: price per call})."""
 
-    def __init__(self, space, costs: dict[str, float] | None = None, default_policy: str = "tuned"):
+    def __init__(self, space, costs: dict[str, float] | None = None, default_policy: str = "tuned",
+                 prices: LLMPrices | None = None):
         self.space, self.default_policy = space, default_policy
         self.names = [str(n) for n in space.model_names]
         self.index = {n: i for i, n in enumerate(self.names)}
@@ -51,14 +61,84 @@ class SpaceRouter:
             if missing:
                 raise ValueError(f"the cost table has no price for {missing[:5]}{'...' if len(missing) > 5 else ''}")
             self.costs = np.array([float(costs[n]) for n in self.names])
+        stored = space.metadata.get("prices")
+        self.prices = prices if prices is not None else (LLMPrices.from_dict(stored) if stored and not costs else None)
+        if self.prices is not None:
+            self.prices = _aligned(self.prices, self.names)
+        lengths = space.metadata.get("answer_tokens")
+        self.lengths = OutputLengths.from_dict(lengths) if lengths else OutputLengths.constant(len(self.names))
         self.benchmarks, self.centroids = _centroids(space)
         self.tuned = None  # (Policy, SignalBuilder) chosen on validation, when the space has one
         chosen = space.metadata.get("routing_policy")
         if chosen and space.routing:
             fields = {k: chosen[k] for k in Policy.model_fields if k in chosen}
             self.tuned = (Policy(**fields), SignalBuilder.from_arrays(space.routing, chosen["benchmarks"]))
+        self._budget_weights: dict[float, float] = {}
 
-    def candidates(self, names: list[str] | None, budget: float | None) -> np.ndarray:
+    @property
+    def priced(self) -> bool:
+        return self.prices is not None or self.costs is not None
+
+    def cost_matrix(self, x: np.ndarray, texts: list[str] | None = None) -> np.ndarray | None:
+        """USD per query (rows of `x`) and LLM, or None without prices or costs. Input tokens are
+        counted in `texts` (without them: the median of the space's own questions)."""
+        if self.prices is None:
+            return None if self.costs is None else np.tile(self.costs, (len(x), 1))
+        if texts is not None:
+            tokens = token_counter().count(texts)
+        else:
+            tokens = np.full(len(x), self._median_tokens())
+        bench = None
+        if self.centroids is not None and self.lengths.benchmarks:
+            where = {b: i for i, b in enumerate(self.lengths.benchmarks)}
+            nearest = self.nearest(x)
+            bench = np.array([where.get(b, -1) for b in nearest])
+        out_tokens = self.lengths.expected(bench, len(x))
+        out_tokens = np.hstack([out_tokens, np.full((len(x), len(self.names) - out_tokens.shape[1]),
+                                                    self.lengths.default)])[:, :len(self.names)]
+        return cost_matrix(self.prices, tokens, out_tokens)
+
+    def _median_tokens(self) -> float:
+        texts = getattr(self.space, "question_texts", None) or []
+        return float(np.median(token_counter().count(texts[:500]))) if texts else 100.0
+
+    def nearest(self, x: np.ndarray) -> list[str]:
+        xn = x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-9)
+        return [str(self.benchmarks[i]) for i in (xn @ self.centroids.T).argmax(1)]
+
+    def budget_weight(self, budget_per_1k: float) -> float:
+        """The least cost weight at which the expected spend per 1,000 of the space's own questions
+        (a seeded sample) meets `budget_per_1k`; a budget below the cheapest LLM's spend gets the
+        weight that always picks the cheapest."""
+        if budget_per_1k in self._budget_weights:
+            return self._budget_weights[budget_per_1k]
+        emb = self.space.question_embeddings
+        if emb is None or not len(emb):
+            raise Conflict("the budget policy needs the space's questions (saved with it) to calibrate on")
+        rows = np.random.default_rng(0).permutation(len(emb))[:BUDGET_QUERIES]
+        texts = getattr(self.space, "question_texts", None)
+        x = np.asarray(emb[rows], dtype=np.float32)
+        c = self.cost_matrix(x, [texts[i] for i in rows] if texts else None)
+        p = self.space.predict_proba(x)
+        everywhere = np.ones(p.shape, bool)
+
+        def spend(w: float) -> float:
+            return float(c[np.arange(len(c)), cost_weighted_choice(p, c, w, everywhere)].mean() * 1000)
+
+        lo, hi = 0.0, 1.0 / max(float(np.median(c)), 1e-12)
+        if spend(lo) <= budget_per_1k:
+            weight = lo
+        else:
+            while spend(hi) > budget_per_1k and hi < 1e15:
+                hi *= 10
+            for _ in range(50):  # bisection on a log scale
+                mid = np.sqrt(max(lo, hi * 1e-12) * hi)
+                lo, hi = (lo, mid) if spend(mid) <= budget_per_1k else (mid, hi)
+            weight = hi
+        self._budget_weights[budget_per_1k] = weight
+        return weight
+
+    def candidates(self, names: list[str] | None, budget: float | None, cost: np.ndarray | None) -> np.ndarray:
         """Column indices of the LLMs a request allows."""
         cand = np.arange(len(self.names))
         if names:
@@ -68,12 +148,14 @@ class SpaceRouter:
                                f"LLMs (GET /v1/models)")
             cand = np.array([self.index[c] for c in dict.fromkeys(names)])
         if budget is not None:
-            cand = cand[self.costs[cand] <= budget]
+            cand = cand[cost[:, cand].max(0) <= budget]
             if not len(cand):
                 raise Conflict(f"no candidate LLM costs at most the budget {budget}")
         return cand
 
-    def _rule(self, policy: str, p: np.ndarray, x: np.ndarray, cost_weight: float, margin: float):
+    def _rule(self, policy: str, p: np.ndarray, x: np.ndarray, cost_weight: float, margin: float,
+              cost: np.ndarray | None = None, target_p: float | None = None, target_share: float | None = None,
+              budget_per_1k: float | None = None):
         """(choose(available) -> one column per row, the policy's own score per LLM) of a policy."""
         if policy == "tuned" and self.tuned is not None:
             chosen_policy, builder = self.tuned
@@ -81,28 +163,43 @@ class SpaceRouter:
             return (lambda available: chosen_policy.choose(signals, available)), chosen_policy.scores(signals)
         if policy in ("most_likely", "tuned"):  # tuned without a stored policy: the highest p
             return (lambda available: available_argmax(p, available)), p
-        if policy == "cost_weighted":
-            return (lambda available: cost_weighted_choice(p, self.costs, cost_weight, available)), \
-                p - cost_weight * self.costs[None, :]
-        return (lambda available: cheapest_within_margin(p, self.costs, margin, available)), p
+        if policy in ("cost_weighted", "budget"):
+            w = cost_weight if policy == "cost_weighted" else self.budget_weight(budget_per_1k)
+            return (lambda available: cost_weighted_choice(p, cost, w, available)), p - w * cost
+        if policy == "quality_target":
+            def choose(available):
+                best = np.where(available, p, -np.inf).max(1, keepdims=True)
+                floor = np.full_like(best, target_p) if target_p is not None else target_share * best
+                ok = available & (p >= np.minimum(floor, best))  # none reaches it: the best p
+                return available_argmax(-np.where(ok, cost, np.inf), ok)
+            return choose, p
+        return (lambda available: cheapest_within_margin(p, cost, margin, available)), p
 
     def route(self, x: np.ndarray, *, policy: str | None = None, candidates: list[str] | None = None,
               top_k: int | None = DEFAULT_TOP_K, cost_weight: float = 0.0, margin: float = 0.02,
-              budget: float | None = None, min_p: float | None = None, ranking: int = 5) -> list[RouteDecision]:
-        """One decision per row of `x` (encoder embeddings): `chosen`, `policy`, `p_correct`,
-        `expected_cost`, `difficulty` (||E_Q||), `nearest_benchmark`, `ranking` (the policy's own
-        order of the allowed LLMs: the pick, then the next best once the ones before are taken
-        away, at most `ranking` of them: a gateway's fallbacks), and `scores` (every allowed LLM's
-        p, the policy's own `score` and cost, by p, the first `top_k`). `min_p` allows only the
-        LLMs whose p reaches it."""
+              budget: float | None = None, min_p: float | None = None, ranking: int = 5,
+              texts: list[str] | None = None, target_p: float | None = None, target_share: float | None = None,
+              budget_per_1k: float | None = None) -> list[RouteDecision]:
+        """One decision per row of `x` (encoder embeddings; `texts`: the queries, whose tokens
+        are priced): `chosen`, `policy`, `p_correct`, `expected_cost` (USD), `difficulty`
+        (||E_Q||), `nearest_benchmark`, `ranking` (the policy's own order of the allowed LLMs: the
+        pick, then the next best once the ones before are taken away, at most `ranking` of them:
+        a gateway's fallbacks), and `scores` (every allowed LLM's p, the policy's own `score` and
+        expected cost, by p, the first `top_k`). `min_p` allows only the LLMs whose p reaches it."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float32))
         policy = policy or self.default_policy
         if policy not in POLICIES:
             raise RequestError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
-        if (policy in ("cost_weighted", "cheapest_within_margin") or budget is not None) and self.costs is None:
-            raise Conflict(f"policy {policy!r} and budget need a cost table; none is configured (set "
-                           f"the Router's user_config.costs)")
-        cand = self.candidates(candidates, budget)
+        if (policy in COST_POLICIES or budget is not None) and not self.priced:
+            raise Conflict(f"policy {policy!r} and budget need prices; none are configured (train with prices=, "
+                           f"or set the Router's user_config.prices or costs)")
+        if policy == "quality_target" and (target_p is None) == (target_share is None):
+            raise RequestError("policy 'quality_target' needs exactly one of target_p (an absolute P(correct)) or "
+                               "target_share (a share of the best LLM's p)")
+        if policy == "budget" and budget_per_1k is None:
+            raise RequestError("policy 'budget' needs budget_per_1k (USD per 1,000 queries)")
+        cost = self.cost_matrix(x, texts)
+        cand = self.candidates(candidates, budget, cost)
         p = self.space.predict_proba(x)
         allowed = np.zeros(p.shape, dtype=bool)
         allowed[:, cand] = True
@@ -113,7 +210,7 @@ class SpaceRouter:
                 i = int(empty[0])
                 raise Conflict(f"no candidate LLM reaches min_p {min_p} for query {i} (the best p is "
                                f"{p[i, cand].max():.3f}): lower min_p or allow more candidates")
-        choose, score = self._rule(policy, p, x, cost_weight, margin)
+        choose, score = self._rule(policy, p, x, cost_weight, margin, cost, target_p, target_share, budget_per_1k)
         order, left = [], allowed.copy()
         for _ in range(max(1, min(ranking, len(cand)))):
             pick = choose(left)
@@ -121,12 +218,10 @@ class SpaceRouter:
             order.append(np.where(ok, pick, -1))
             left[np.arange(len(p))[ok], pick[ok]] = False
         norms = np.linalg.norm(self.space.question_vectors(x), axis=1)
-        nearest = None
-        if self.centroids is not None:
-            xn = x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-9)
-            nearest = [str(self.benchmarks[i]) for i in (xn @ self.centroids.T).argmax(1)]
-        def cost(j):
-            return None if self.costs is None else float(self.costs[j])
+        nearest = self.nearest(x) if self.centroids is not None else None
+
+        def cost_of(i, j):
+            return None if cost is None else float(cost[i, j])
 
         out = []
         for i in range(len(p)):
@@ -134,12 +229,24 @@ class SpaceRouter:
             cols = np.flatnonzero(allowed[i])
             by_p = cols[np.argsort(-p[i, cols], kind="stable")][:top_k or None]
             out.append({"query_index": i, "chosen": self.names[pick], "policy": policy, "p_correct": float(p[i, pick]),
-                        "expected_cost": cost(pick), "difficulty": float(norms[i]),
+                        "expected_cost": cost_of(i, pick), "difficulty": float(norms[i]),
                         "nearest_benchmark": nearest and nearest[i],
                         "ranking": [self.names[int(o[i])] for o in order if o[i] >= 0],
                         "scores": [{"model": self.names[j], "p_correct": float(p[i, j]), "score": float(score[i, j]),
-                                    "cost": cost(j)} for j in by_p]})
+                                    "cost": cost_of(i, j)} for j in by_p]})
         return out
+
+
+def _aligned(prices: LLMPrices, names: list[str]) -> LLMPrices:
+    """Prices in the order of `names`; an LLM they do not list (onboarded later) is priced as the
+    dearest one they do."""
+    where = {m: i for i, m in enumerate(prices.models)}
+    idx = [where.get(n, -1) for n in names]
+    top_in, top_out = prices.input_usd_per_mtok.max(), prices.output_usd_per_mtok.max()
+    return LLMPrices(list(names), np.array([prices.input_usd_per_mtok[i] if i >= 0 else top_in for i in idx]),
+                     np.array([prices.output_usd_per_mtok[i] if i >= 0 else top_out for i in idx]),
+                     [prices.sources[i] if i >= 0 else "dearest" for i in idx],
+                     [prices.notes[i] if i >= 0 else "not in the prices: priced as the dearest" for i in idx])
 
 
 def _centroids(space):

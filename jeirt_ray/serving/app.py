@@ -29,8 +29,8 @@ from ray import serve
 from ..encoders import make_encoder
 from ..routing.decisions import PolicyName
 from ..routing.router import RequestError
-from .gateway import (AllFailed, ChatControl, Conversations, Gateway, decision_only, reachable_candidates, relay,
-                      routing_headers, routing_of)
+from .gateway import (AllFailed, ChatControl, Conversations, Gateway, answer_cost, decision_only,
+                      reachable_candidates, relay, routing_headers, routing_of)
 from .http import ERRORS, TOKEN_ENV, authorize, bearer, error, make_api
 from .live import LiveSpace
 from .metrics import make_metrics
@@ -163,7 +163,7 @@ class Router:
         encoded = time.perf_counter()
         core = self.live.current()
         try:
-            results = core.route(x, **options)
+            results = core.route(x, texts=texts, **options)
         except RequestError as e:
             raise HTTPException(e.status, str(e))
         done = time.perf_counter()
@@ -232,6 +232,11 @@ class Router:
             self.conversations.put(ctl.conversation, answer.llm)
         routing |= {"answered_by": answer.llm, "tried": answer.tried}
         out_headers = routing_headers(routing, answer.llm, answer.tried, p_of.get(answer.llm))
+        cost = answer_cost(core, answer.llm, (answer.body or {}).get("usage"))
+        if cost is not None:  # a streamed answer's usage comes at its end: its spend is not counted
+            out_headers["x-jeirt-cost"] = f"{cost:.8g}"
+            routing["cost"] = cost
+            self.metrics.spent(answer.llm, cost)
         if answer.rest is not None:
             return StreamingResponse(relay(answer), media_type=answer.media_type, headers=out_headers)
         if answer.body is None:  # a 4xx passed through as the upstream sent it

@@ -273,15 +273,20 @@ def routing_of(decision: dict, space: str, sticky: str | None) -> tuple[dict, di
     p_of = {s["model"]: s["p_correct"] for s in decision["scores"]}
     if sticky in p_of:
         ranking = [sticky] + [r for r in ranking if r != sticky]
+    cost_of = {s["model"]: s.get("cost") for s in decision["scores"]}
     routing = {"chosen": ranking[0], "p_correct": p_of[ranking[0]], "policy": decision["policy"], "space": space,
-               "ranking": ranking, "sticky": sticky is not None, "scores": decision["scores"][:5]}
+               "ranking": ranking, "sticky": sticky is not None, "scores": decision["scores"][:5],
+               "expected_cost": cost_of.get(ranking[0])}
     return routing, p_of
 
 
 def routing_headers(routing: dict, answered_by: str | None, tried: list[dict], p: float | None = None) -> dict:
-    """Who answered and why, for clients that never see the body (streaming ones)."""
+    """Who answered and why, for clients that never see the body (streaming ones), and what the
+    answer was expected to cost (USD, where prices are configured)."""
     headers = {"x-jeirt-policy": routing["policy"], "x-jeirt-space": routing["space"],
                "x-jeirt-fallbacks": ",".join(t["model"] for t in tried)}
+    if routing.get("expected_cost") is not None:
+        headers["x-jeirt-expected-cost"] = f"{routing['expected_cost']:.8g}"
     if answered_by is not None:
         headers |= {"x-jeirt-model": answered_by,
                     "x-jeirt-p-correct": f"{routing['p_correct'] if p is None else p:.4f}"}
@@ -296,3 +301,17 @@ def decision_only(routing: dict) -> dict:
                 "role": "assistant",
                 "content": f"Routed to {routing['chosen']} (p_correct {routing['p_correct']:.3f}); no "
                            f"upstream is configured, so this is the routing decision only."}}]}
+
+
+def answer_cost(core, llm: str, usage) -> float | None:
+    """USD of an upstream's answer: its `usage` (prompt_tokens, completion_tokens) x the router's
+    prices for `llm`; None without prices or usage."""
+    prices = getattr(core, "prices", None)
+    if prices is None or not isinstance(usage, dict) or llm not in core.index:
+        return None
+    try:
+        tokens_in, tokens_out = float(usage.get("prompt_tokens") or 0), float(usage.get("completion_tokens") or 0)
+    except (TypeError, ValueError):
+        return None
+    i = core.index[llm]
+    return (tokens_in * prices.input_usd_per_mtok[i] + tokens_out * prices.output_usd_per_mtok[i]) / 1e6

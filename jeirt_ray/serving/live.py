@@ -21,8 +21,10 @@ class RouterCore(SpaceRouter):
     """routing.router.Router over the served space, labelled `<model>/<version>`."""
 
     def __init__(self, space: CoreSpace, label: str, costs: dict[str, float] | None = None,
-                 default_policy: str = "tuned"):
-        super().__init__(space, costs, default_policy)
+                 default_policy: str = "tuned", prices=None):
+        from ..routing.prices import resolve_prices
+        super().__init__(space, costs, default_policy,
+                         prices=None if prices is None else resolve_prices(space.model_names, prices))
         self.label = label
 
 
@@ -149,7 +151,8 @@ class LiveSpace:
 
     def _serve(self, version: str, space: CoreSpace) -> None:
         """Route with `space` (registered `version`) and the current settings (under the lock)."""
-        self.core = RouterCore(space, f"{self.model}/{version}", self.config.costs, self.config.default_policy)
+        self.core = RouterCore(space, f"{self.model}/{version}", self.config.costs, self.config.default_policy,
+                               self.config.price_table())
         self.version = version
 
     def refresh(self) -> None:

@@ -22,6 +22,8 @@ class ServeMetrics:
         self.routing = Histogram("jeirt_routing_seconds", "encoding and routing one request", boundaries=LATENCY_S,
                                  tag_keys=("route",))
         self.batches = Histogram("jeirt_encoder_batch_size", "queries per encoder forward", boundaries=BATCH)
+        self.spend = Counter("jeirt_gateway_spend_usd", "USD spent on upstream answers (their usage tokens x the "
+                             "price table), by the LLM that answered", tag_keys=("llm",))
 
     def answered(self, llm: str) -> None:
         self.requests.inc(tags={"llm": llm})
@@ -38,6 +40,9 @@ class ServeMetrics:
     def encoder_batch(self, size: int) -> None:
         self.batches.observe(size)
 
+    def spent(self, llm: str, usd: float) -> None:
+        self.spend.inc(usd, tags={"llm": llm})
+
 
 class NoMetrics:
     """The same interface, recording nothing (plain tests, Serve's local testing mode)."""
@@ -51,6 +56,8 @@ class NoMetrics:
     def routed(self, route: str, seconds: float) -> None: ...
 
     def encoder_batch(self, size: int) -> None: ...
+
+    def spent(self, llm: str, usd: float) -> None: ...
 
 
 def make_metrics():

@@ -55,6 +55,14 @@ class GatewayConfig(BaseModel):
     sticky_max: int = Field(100_000, ge=1, description="conversations remembered per replica")
 
 
+class PriceRow(BaseModel):
+    """One LLM's price, USD per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+    input_usd_per_mtok: float = Field(ge=0)
+    output_usd_per_mtok: float = Field(ge=0)
+
+
 class RouterConfig(BaseModel):
     """The Router's `user_config`."""
 
@@ -62,10 +70,23 @@ class RouterConfig(BaseModel):
     alias: str = Field("champion", min_length=1, description="the registry alias served")
     default_policy: PolicyName = "tuned"
     costs: dict[str, float] | None = Field(None, description="{LLM: price per call}; enables the cost policies")
+    prices: str | dict[str, PriceRow] | None = Field(
+        None, description="a price table file (CSV, YAML or JSON, USD per million tokens) or {LLM: {input_usd_per_mtok, "
+                          "output_usd_per_mtok}}; default: the prices stored with the space. Enables the cost "
+                          "policies")
     refresh_s: float = Field(5.0, gt=0, description="how often the alias is re-resolved")
     upstreams: dict[str, str | Upstream] | None = Field(
         None, description="{LLM: OpenAI-compatible base URL, or an Upstream} for /v1/chat/completions")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+
+    def price_table(self):
+        """The configured prices as a routing.prices.PriceTable (None: the space's own)."""
+        from ..routing.prices import PriceTable
+        if self.prices is None:
+            return None
+        if isinstance(self.prices, str):
+            return PriceTable.read(self.prices)
+        return PriceTable.from_rows([{"model": m, **r.model_dump()} for m, r in self.prices.items()], "user_config.prices")
 
     def upstream(self, llm: str) -> Upstream | None:
         u = (self.upstreams or {}).get(llm)

@@ -87,7 +87,10 @@ class ChatResponse(BaseModel):
 ROUTING_HEADERS = {
     "x-jeirt-model": "the LLM that answered", "x-jeirt-p-correct": "its predicted P(correct)",
     "x-jeirt-policy": "the routing policy applied", "x-jeirt-space": "the space routed with (<model>/<version>)",
-    "x-jeirt-fallbacks": "the LLMs whose upstream failed before it, comma-separated (empty: none)"}
+    "x-jeirt-fallbacks": "the LLMs whose upstream failed before it, comma-separated (empty: none)",
+    "x-jeirt-expected-cost": "the chosen LLM's expected cost in USD (where prices are configured)",
+    "x-jeirt-cost": "what the answer cost in USD: its usage tokens x the LLM's prices (a JSON answer, where prices "
+                    "are configured and the upstream reports usage)"}
 
 
 class UpstreamError(BaseModel):

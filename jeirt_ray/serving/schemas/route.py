@@ -18,8 +18,12 @@ class RouteRequest(BaseModel):
     """Route one query or a batch. Policies: `tuned` (the policy chosen on validation questions
     and stored with the space, see jeirt_ray/routing/policies.py; the highest p where the space
     has none), `most_likely` (highest predicted probability of a correct answer), `cost_weighted`
-    (maximise p - cost_weight * cost), `cheapest_within_margin` (the cheapest LLM whose p is
-    within `margin` of the best); `budget` drops LLMs costing more."""
+    (expected utility: maximise p - cost_weight * cost, cost in USD), `cheapest_within_margin`
+    (the cheapest LLM whose p is within `margin` of the best), `quality_target` (the cheapest LLM
+    whose p reaches `target_p`, or `target_share` of the best p), `budget` (expected utility
+    with the weight that spends `budget_per_1k` USD per 1,000 queries on average); `budget` drops
+    LLMs costing more per call. Costs are USD per query: input tokens x input price + expected
+    answer tokens x output price."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one_of("query", "string", "queries", "array"))
     query: Query | None = None
@@ -31,8 +35,15 @@ class RouteRequest(BaseModel):
     margin: float = Field(0.02, ge=0, le=1)
     budget: float | None = Field(None, ge=0, description="drop LLMs costing more per call")
     min_p: float | None = Field(None, ge=0, le=1, description="allow only LLMs whose p reaches this")
+    target_p: float | None = Field(None, ge=0, le=1, description="quality_target: the cheapest LLM whose p "
+                                                                 "reaches this")
+    target_share: float | None = Field(None, gt=0, le=1, description="quality_target: the cheapest LLM whose p "
+                                                                     "reaches this share of the best LLM's p")
+    budget_per_1k: float | None = Field(None, ge=0, description="budget: USD per 1,000 queries to spend on "
+                                                                "average")
 
-    _numbers = field_validator("top_k", "cost_weight", "margin", "budget", "min_p", mode="before")(_a_number)
+    _numbers = field_validator("top_k", "cost_weight", "margin", "budget", "min_p", "target_p", "target_share",
+                               "budget_per_1k", mode="before")(_a_number)
 
     @model_validator(mode="after")
     def one_of_query_queries(self):
@@ -46,7 +57,8 @@ class RouteRequest(BaseModel):
 
     def options(self) -> dict:
         """The routing options, as `routing.router.SpaceRouter.route` takes them."""
-        return self.model_dump(include={"policy", "candidates", "top_k", "cost_weight", "margin", "budget", "min_p"})
+        return self.model_dump(include={"policy", "candidates", "top_k", "cost_weight", "margin", "budget", "min_p",
+                                        "target_p", "target_share", "budget_per_1k"})
 
 
 class RouteResponse(BaseModel):
