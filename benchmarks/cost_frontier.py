@@ -58,7 +58,11 @@ def main():
     ap = parser(__doc__)
     ap.add_argument("--prices", default=str(SHARED / "prices.csv"), help="price table (CSV, YAML or JSON)")
     ap.add_argument("--seed", type=int, default=None, help="the split seed (same as --split-seed)")
-    ap.add_argument("--members", type=int, default=5, help="ensemble members of JE-IRT and MF (fixed configuration)")
+    ap.add_argument("--members", type=int, default=5, help="ensemble members of JE-IRT and MF")
+    ap.add_argument("--search", action="store_true", help="search JE-IRT's and MF's configurations on validation "
+                                                          "(Ray Tune, the same budget each), as `jeirt train` does; "
+                                                          "default: the fixed configuration")
+    ap.add_argument("--trials", type=int, default=None, help="with --search: trials per method")
     ap.add_argument("--n-boot", type=int, default=500)
     ap.add_argument("--plot", help="PNG of the frontiers")
     args = ap.parse_args()
@@ -72,9 +76,18 @@ def main():
                             for m, src in zip(data.models, prices.sources)])
     answers = read_answer_tokens(folder, data.models, data.question_ids)
     prep = prepare(data, make_encoder(args.encoder), seed=seed, cache_root=paths.cache_dir())
+    search = {}
+    if args.search:
+        from jeirt_ray.distributed import init_ray
+        from jeirt_ray.distributed.tune import run_search
+        from jeirt_ray.experiments.selection import SearchSettings
+        init_ray(log_to_driver=False)
+        search = {"search": SearchSettings(members=args.members, trials=args.trials), "search_fn": run_search,
+                  "search_storage": paths.home() / "search"}
     result = cost_study(prep, prices, None if answers is None else answers[0], members=args.members, seed=seed,
-                        n_boot=args.n_boot, open_weight=open_weight)
+                        n_boot=args.n_boot, open_weight=open_weight, **search)
     result |= {"price_table": args.prices, "encoder": prep.encoder_id, "members": args.members,
+               "configuration": "searched" if args.search else "fixed",
                "answer_tokens": answers[1] if answers else result["answer_tokens"]}
     if args.plot:
         plot(result, args.plot)

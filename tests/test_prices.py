@@ -195,3 +195,50 @@ def test_the_gateway_prices_an_answer_by_its_usage(space, data):
     routing, _ = routing_of(decision, "demo/1", None)
     headers = routing_headers(routing, decision["chosen"], [])
     assert float(headers["x-jeirt-expected-cost"]) == pytest.approx(decision["expected_cost"], rel=1e-6)
+
+
+def test_the_report_has_a_cost_study(space, data, price_file, tmp_path):
+    from jeirt_ray.analysis.report import run_report
+    prep = jr.prepare(data, encoder="hashing", progress=False)
+    prices = resolve_prices(data.models, PriceTable.read(price_file))
+    res = run_report(prep, space, tmp_path, studies=["cost"], prices=prices)
+    assert res["cost"]["methods"]["jeirt"]["aiq"] > 0 and (tmp_path / "cost_frontier.png").exists()
+    md = (tmp_path / "report.md").read_text()
+    assert "## Cost-accuracy frontier" in md and "| jeirt |" in md
+    skipped = run_report(prep, space, tmp_path / "none", studies=["cost"])
+    assert "no price table" in skipped["cost"]["skipped"]
+
+
+def test_recalibration_is_chosen_out_of_half():
+    from jeirt_ray.routing.calibration import choose_recalibration
+    rng = np.random.default_rng(1)
+    p = rng.uniform(0.05, 0.95, size=(3000, 3))
+    y = (rng.random((3000, 3)) < p).astype(float)
+    over = 1 / (1 + np.exp(-2.5 * np.log(p / (1 - p))))
+    temps, report = choose_recalibration(over, y)
+    assert report["choice"] in ("global", "per_llm") and np.allclose(temps.t, 2.5, atol=0.4)
+    temps, report = choose_recalibration(p, y)  # calibrated already: fitting buys nothing out of half
+    assert report["out_of_half_log_loss"]["none"] <= report["out_of_half_log_loss"]["per_llm"] + 1e-3
+
+
+def test_jeirt_train_keeps_the_prices_and_answer_lengths_of_a_folder(data, tmp_path):
+    from typer.testing import CliRunner
+
+    from jeirt_ray.cli.main import app
+    folder = tmp_path / "data"
+    data.save(folder)
+    # recorded answer lengths for a few LLMs, as mmlu_pro's outputs_meta.csv.gz has them
+    rows = [{"model": m, "question_id": q, "output_chars": 400 * (1 + i % 3)}
+            for i, m in enumerate(data.models[:3]) for q in data.question_ids[:300]]
+    pd.DataFrame(rows).to_csv(folder / "outputs_meta.csv", index=False)
+    pd.DataFrame(price_rows(data.models.tolist())).to_csv(tmp_path / "prices.csv", index=False)
+    result = CliRunner().invoke(app, ["train", "--data", str(folder), "--encoder", "hashing", "--fixed", "--members",
+                                      "1", "--held-out-benchmarks", "0", "--prices", str(tmp_path / "prices.csv"),
+                                      "--out", str(tmp_path / "space")])
+    assert result.exit_code == 0, result.output
+    space = jr.Space.load(tmp_path / "space")
+    lengths = space.metadata["answer_tokens"]
+    assert "outputs_meta.csv" in lengths["source"] and lengths["per_llm"][0] == pytest.approx(100.0)
+    assert lengths["per_llm"][5] is None  # no answers recorded: the default
+    (d,) = space.route(["What is 17 times 23?"], policy="budget", budget_per_1k=1.0)
+    assert d["expected_cost"] > 0

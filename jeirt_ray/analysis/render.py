@@ -110,9 +110,31 @@ def _md_ranking(rk: dict) -> list[str]:
             f"{rk['smoothness']['spearman_angle_change']:.3f}."]
 
 
+def _md_cost(c: dict) -> list[str]:
+    if "skipped" in c:
+        return ["## Cost-accuracy frontier", "", c["skipped"]]
+    best = c["best_single"]
+
+    def share(v):
+        return "never" if v is None else f"{v:.1%}"
+
+    lines = ["## Cost-accuracy frontier", "", f"{c['prices']}; tokens: {c['token_counter']}; answers: "
+             f"{c['answer_tokens']}. Reference: {best['llm']} (best on training questions), test accuracy "
+             f"{best['accuracy']:.3f} at ${best['cost_per_1k']:.3f} per 1,000 queries.", "",
+             "| method | AIQ | 95% interval | cost to reach the reference | accuracy at 10% / 25% / 50% of its cost |",
+             "| --- | --- | --- | --- | --- |"]
+    for name, m in c["methods"].items():
+        ci = m.get("aiq_ci95") or [float("nan")] * 2
+        at = " / ".join("-" if v is None else f"{v:.3f}" for v in m["accuracy_at_cost_share"].values())
+        lines.append(f"| {name} | {m['aiq']:.4f} | [{ci[0]:.4f}, {ci[1]:.4f}] | "
+                     f"{share(m['cost_share_at_best_accuracy'])} | {at} |")
+    lines += ["", "![cost frontier](cost_frontier.png)"]
+    return lines
+
+
 _MARKDOWN = {"routing": _md_routing, "onboarding": _md_onboarding, "irt_2pl": _md_irt,
              "norm_difficulty": _md_norm, "taxonomy": _md_taxonomy, "probes": _md_probes, "lobo": _md_lobo,
-             "ranking": _md_ranking}
+             "ranking": _md_ranking, "cost": _md_cost}
 
 
 def markdown(r: dict) -> str:

@@ -17,9 +17,10 @@ __all__ = ["STUDIES", "run_report"]
 
 
 def run_report(prep: Prepared, space: CoreSpace, out: str | Path, seed: int = 0, studies: list[str] | None = None,
-               costs: np.ndarray | None = None, progress: bool = True) -> dict:
+               costs: np.ndarray | None = None, progress: bool = True, prices=None,
+               answer_tokens: np.ndarray | None = None) -> dict:
     """Run `studies` (default: all of STUDIES; lobo is left out where there are fewer than 3
-    benchmarks) and write results.json, report.md, report.html and the PNGs into `out`."""
+    benchmarks, cost without `prices`) and write results.json, report.md, report.html and the PNGs into `out`."""
     unknown = sorted(set(studies or []) - set(STUDIES))
     if unknown:
         raise ValueError(f"unknown studies {unknown}; known: {list(STUDIES)}")
@@ -27,8 +28,9 @@ def run_report(prep: Prepared, space: CoreSpace, out: str | Path, seed: int = 0,
     out.mkdir(parents=True, exist_ok=True)
     data = prep.data
     if studies is None:
-        studies = [n for n in STUDIES if n != "lobo" or len(set(data.benchmarks.tolist())) >= 3]
-    ctx = Study(prep, space, out, seed, costs, progress)
+        studies = [n for n in STUDIES if (n != "lobo" or len(set(data.benchmarks.tolist())) >= 3)
+                   and (n != "cost" or prices is not None)]
+    ctx = Study(prep, space, out, seed, costs, progress, prices, answer_tokens)
     results: dict = {"data": data.name, "synthetic": bool(data.synthetic), "questions": int(data.n_questions),
                      "llms": int(data.n_models), "space": {"recipe": space.metadata.get("recipe"),
                                                            "members": len(space.members), "dim": space.config.dim}}

@@ -49,6 +49,8 @@ class Study:
     seed: int = 0
     costs: np.ndarray | None = None  # per LLM; None: default_costs from the names
     progress: bool = True
+    prices: object = None  # routing.prices.LLMPrices: the `cost` study's prices (None: that study is skipped)
+    answer_tokens: np.ndarray | None = None  # (Q, M) recorded answer tokens, where the data has them
 
     @cached_property
     def plt(self):
@@ -253,8 +255,31 @@ def study_ranking(s: Study) -> dict:
             "smoothness": geometry.smoothness(s.directions, s.probs, seed=s.seed)}
 
 
+def study_cost(s: Study) -> dict:
+    """The cost-accuracy frontier of JE-IRT's cost policies against the baseline routers
+    (experiments.cost_study), with a plot; needs a price table."""
+    if s.prices is None:
+        return {"skipped": "no price table: pass --prices FILE (jeirt report) or prices= (jr.report)"}
+    from ..experiments.cost_study import cost_study
+    result = cost_study(s.prep, s.prices, s.answer_tokens, members=len(s.space.members), seed=s.seed, n_boot=200)
+    plt = s.plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for single in result["singles"]:
+        ax.scatter(single["cost_per_1k"], single["accuracy"], s=12, color="0.4", zorder=3)
+    for name, color in (("jeirt", "C0"), ("mf", "C1"), ("knn", "C2"), ("cluster", "C3"), ("threshold_2llm", "C4"),
+                        ("random_mix", "0.5"), ("oracle", "k")):
+        hull = result["methods"][name]["hull"]
+        ax.plot([h[0] for h in hull], [h[1] for h in hull], color=color, label=f"{name} (AIQ "
+                f"{result['methods'][name]['aiq']:.3f})")
+    ax.set_xscale("log")
+    ax.set(xlabel="cost per 1,000 test queries (USD, log)", ylabel="test accuracy", title="Cost-accuracy frontiers")
+    ax.legend(fontsize=7)
+    s.save(fig, "cost_frontier.png")
+    return result
+
+
 STUDIES: dict[str, Callable[[Study], dict]] = {
     "routing": study_routing, "onboarding": study_onboarding, "irt_2pl": study_irt_2pl,
     "norm_difficulty": study_norm_difficulty, "taxonomy": study_taxonomy, "probes": study_probes,
-    "lobo": study_lobo, "ranking": study_ranking,
+    "lobo": study_lobo, "ranking": study_ranking, "cost": study_cost,
 }

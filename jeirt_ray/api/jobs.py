@@ -339,11 +339,12 @@ def demo(out: str | Path | None = None, *, encoder: str = DEFAULT_ENCODER, trial
 
 def report(data: DataLike = None, *, out: str | Path, encoder: str = DEFAULT_ENCODER, seed: int = 0,
            members: int | None = None, costs: dict[str, float] | str | Path | None = None,
-           studies: Sequence[str] | None = None) -> dict:
+           prices: str | Path | None = None, studies: Sequence[str] | None = None) -> dict:
     """Run the paper's studies (analysis.report.STUDIES; default all) on one dataset and write
     report.md, report.html, the PNGs and results.json to `out`; logged to MLflow when
-    MLFLOW_TRACKING_URI is set. `costs`: {LLM: price} or a JSON/CSV file (default: parameter
-    counts read from the names)."""
+    MLFLOW_TRACKING_URI is set. `costs`: {LLM: price per call} or a JSON/CSV file for the routing
+    study's curve (default: parameter counts read from the names); `prices`: a price table (USD
+    per million tokens, routing.prices) for the `cost` study, the cost-accuracy frontier."""
     import os
 
     from ..analysis.report import STUDIES, run_report
@@ -358,8 +359,17 @@ def report(data: DataLike = None, *, out: str | Path, encoder: str = DEFAULT_ENC
         table = read_cost_table(costs) if isinstance(costs, (str, Path)) else costs
         cost_array = load_costs(table, prep.data.models, str(costs) if isinstance(costs, (str, Path)) else "costs")
     space = train_space(prep, members=members or JEIRT_MEMBERS)
+    llm_prices = answers = None
+    if prices is not None:
+        from ..routing.prices import PriceTable, read_answer_tokens, resolve_prices
+        llm_prices = resolve_prices(prep.data.models, PriceTable.read(prices))
+        log.info("%s", llm_prices.summary())
+        folder = prep.data.extra.get("folder")
+        found = read_answer_tokens(folder, prep.data.models, prep.data.question_ids) if folder else None
+        answers = found[0] if found else None
     out = Path(out)
-    results = run_report(prep, space, out, seed=seed, studies=list(studies) if studies else None, costs=cost_array)
+    results = run_report(prep, space, out, seed=seed, studies=list(studies) if studies else None, costs=cost_array,
+                         prices=llm_prices, answer_tokens=answers)
     if os.environ.get("MLFLOW_TRACKING_URI"):
         from ..tracking.runs import Tracker
         tracker = Tracker()

@@ -166,16 +166,19 @@ def tune(config: Path = typer.Argument(..., help="a sweep YAML, e.g. tune_config
     console.print(f"MLflow: sweep run {summary['parent_run_id']} in {default_tracking_uri()}")
 
 
-def _report(data, encoder, seed, out, members, costs, studies) -> dict:
+def _report(data, encoder, seed, out, members, costs, studies, prices=None) -> dict:
     from ..api import jobs as pipeline
     with expected_failures():
-        return pipeline.report(data, out=out, encoder=encoder, seed=seed, members=members, costs=costs, studies=studies)
+        return pipeline.report(data, out=out, encoder=encoder, seed=seed, members=members, costs=costs, studies=studies,
+                               prices=prices)
 
 
 @app.command()
 def report(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
            out: Path = typer.Option(..., help="folder for report.md, report.html, the PNGs and results.json"),
            members: Optional[int] = MembersOpt, costs: Optional[Path] = CostsOpt,
+           prices: Optional[Path] = typer.Option(None, "--prices", help="a price table (USD per million tokens) for "
+                                                 "the cost study (the cost-accuracy frontier)"),
            studies: Optional[str] = typer.Option(None, "--studies", help="comma-separated studies to run "
                                                  "(default: all), e.g. --studies routing,probes"),
            skip: list[str] = typer.Option([], hidden=True, help="old name: a study to leave out (repeatable)")):
@@ -189,7 +192,7 @@ def report(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int 
                                  param_hint="--skip" if skip else "--studies")
     if skip:
         chosen = [n for n in (chosen or STUDIES) if n not in skip]
-    results = _report(data, encoder, seed, out, members, costs, chosen)
+    results = _report(data, encoder, seed, out, members, costs, chosen, prices)
     summary = []
     if "routing" in results:
         acc = results["routing"]["accuracy"]
@@ -205,15 +208,16 @@ def report(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int 
 
 @app.command()
 def analyze(study: str = typer.Argument(..., help="one of: routing, onboarding, irt_2pl, norm_difficulty, "
-                                                   "taxonomy, probes, lobo, ranking"),
+                                                   "taxonomy, probes, lobo, ranking, cost"),
             data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int = typer.Option(0),
             out: Path = typer.Option(..., help="folder for the study's report.md, PNGs and results.json"),
-            members: Optional[int] = MembersOpt, costs: Optional[Path] = CostsOpt):
+            members: Optional[int] = MembersOpt, costs: Optional[Path] = CostsOpt,
+            prices: Optional[Path] = typer.Option(None, "--prices", help="a price table, for the cost study")):
     """Run one study of the report (see `jeirt report`) and print its figures."""
     from ..analysis.report import STUDIES
     if study not in STUDIES:
         raise typer.BadParameter(f"unknown study {study!r}; known: {', '.join(STUDIES)}", param_hint="STUDY")
-    results = _report(data, encoder, seed, out, members, costs, [study])
+    results = _report(data, encoder, seed, out, members, costs, [study], prices)
     console.print_json(json.dumps(results[study], default=float))
 
 

@@ -3,8 +3,8 @@ users compare with, on one dataset, split and price table (`benchmarks/cost_fron
 report's `cost` study run it).
 
 Methods, each deciding on expected costs and charged what the answers cost:
-- `jeirt`, `mf`, `knn`: each method's P(correct) (recalibrated per LLM on validation where that
-  lowers validation log-loss) under both cost policies (utility p - lambda x cost, lambda swept;
+- `jeirt`, `mf`, `knn`: each method's P(correct) (recalibrated where validation says it helps:
+  routing.calibration.choose_recalibration) under both cost policies (utility p - lambda x cost, lambda swept;
   the cheapest LLM within a share of the best p);
 - `cluster`: the training-free cluster router (k-means on the frozen question embeddings, k
   chosen on validation; each LLM's training accuracy per cluster, shrunk to its overall rate)
@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.cluster import KMeans
 
-from ..routing.calibration import ece, fit_temperatures
+from ..routing.calibration import choose_recalibration, ece
 from ..routing.costs import upper_hull
 from ..routing.frontier import (Points, Singles, arena_score, bootstrap, figures, hull_value, lambdas,
                                 policy_points, threshold_points)
@@ -126,8 +126,8 @@ def cost_study(prep: Prepared, prices: LLMPrices, answer_tokens: np.ndarray | No
     for name, predict, seconds, _ in predictors(prep, ("jeirt", "mf", "knn"), members=members, train_seed=seed,
                                                 progress=progress, **predictor_kw):
         p = {part: predict(rows) for part, (rows, _) in parts.items()}
-        temps, report = fit_temperatures(p["val"], parts["val"][1])
-        kept = report["val_log_loss_after"] < report["val_log_loss_before"]
+        temps, report = choose_recalibration(p["val"], parts["val"][1], seed)
+        kept = report["choice"] != "none"
         test_l = parts["test"][1]
         seen = ~np.isnan(test_l)
         p_cal = {k: temps.apply(v) if kept else v for k, v in p.items()}

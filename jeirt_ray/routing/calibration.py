@@ -3,9 +3,12 @@ needs p to mean what it says).
 
 - `ece`: expected calibration error, |mean p - mean label| per equal-width bin of p, weighted by
   the bin's share of the answers;
-- `Temperatures`: one temperature per LLM (p -> sigmoid(logit(p) / T)), fitted on validation
-  answers by log-loss; `fit_temperatures` keeps them only where they lower validation log-loss
-  (else T = 1 for that LLM).
+- `Temperatures`: a temperature per LLM (p -> sigmoid(logit(p) / T)), fitted on validation
+  answers by log-loss; `fit_temperatures` keeps each only where it lowers that LLM's validation
+  log-loss (else T = 1);
+- `choose_recalibration`: none, one temperature for all LLMs, or one per LLM, whichever has the
+  lowest log-loss on validation answers it was not fitted on (two halves of the validation
+  questions, each scored with the fit on the other); the choice is then refitted on all of them.
 """
 
 from __future__ import annotations
@@ -49,6 +52,40 @@ class Temperatures:
         t = np.ones(p.shape[1])
         t[:min(len(self.t), p.shape[1])] = self.t[:p.shape[1]]
         return expit(logit(np.clip(p, EPS, 1 - EPS)) / t[None, :])
+
+
+def _best_temperature(z: np.ndarray, y: np.ndarray) -> float:
+    return float(minimize_scalar(lambda T: log_loss(expit(z / T), y), bounds=(0.05, 20.0), method="bounded").x)
+
+
+def global_temperature(p: np.ndarray, labels: np.ndarray) -> Temperatures:
+    """One temperature for every LLM, fitted on all validation answers."""
+    seen = ~np.isnan(labels)
+    t = _best_temperature(logit(np.clip(p[seen], EPS, 1 - EPS)), labels[seen])
+    return Temperatures(np.full(p.shape[1], t))
+
+
+def choose_recalibration(p: np.ndarray, labels: np.ndarray, seed: int = 0) -> tuple[Temperatures, dict]:
+    """None, a global temperature or per-LLM temperatures: the one with the lowest out-of-half
+    validation log-loss, refitted on all validation answers; and a report of the three."""
+    halves = np.random.default_rng(seed).random(len(p)) < 0.5
+    fits = {"none": lambda pp, yy: Temperatures(np.ones(p.shape[1])), "global": global_temperature,
+            "per_llm": lambda pp, yy: fit_temperatures(pp, yy)[0]}
+    scores = {}
+    for name, fit in fits.items():
+        losses = []
+        for half in (True, False):
+            a, b = halves == half, halves != half
+            seen = ~np.isnan(labels[b])
+            losses.append(log_loss(fit(p[a], labels[a]).apply(p[b])[seen], labels[b][seen]) * seen.sum())
+        scores[name] = float(sum(losses) / (~np.isnan(labels)).sum())
+    choice = min(scores, key=scores.get)
+    temps = fits[choice](p, labels)
+    seen = ~np.isnan(labels)
+    return temps, {"choice": choice, "out_of_half_log_loss": scores,
+                   "val_log_loss_before": log_loss(p[seen], labels[seen]),
+                   "val_log_loss_after": log_loss(temps.apply(p)[seen], labels[seen]),
+                   "temperatures": temps.t.tolist()}
 
 
 def fit_temperatures(p: np.ndarray, labels: np.ndarray, min_answers: int = 30) -> tuple[Temperatures, dict]:

@@ -192,14 +192,19 @@ class Router:
                    x_jeirt_min_p: float = Header(None, ge=0, le=1, description="as the body's `min_p`"),
                    x_jeirt_conversation: str = Header(None, min_length=1, max_length=256,
                                                       description="a conversation key, as `user`"),
-                   x_jeirt_sticky: bool = Header(None, description="as the body's `sticky`")):
+                   x_jeirt_sticky: bool = Header(None, description="as the body's `sticky`"),
+                   x_jeirt_target_p: float = Header(None, ge=0, le=1, description="as the body's `target_p`"),
+                   x_jeirt_target_share: float = Header(None, gt=0, le=1, description="as the body's `target_share`"),
+                   x_jeirt_budget_per_1k: float = Header(None, ge=0, description="as the body's `budget_per_1k`")):
         """OpenAI's chat completions: route the conversation to an LLM and answer with its
         upstream (streamed with `stream: true`), falling back to the next LLM of the policy's
         order when an upstream fails before its first byte. Response headers say who answered
         and why; without upstreams the answer is the routing decision alone."""
         given = {"policy": x_jeirt_policy, "max_cost": x_jeirt_max_cost, "min_p": x_jeirt_min_p,
                  "candidates": [c.strip() for c in x_jeirt_candidates.split(",") if c.strip()]
-                 if x_jeirt_candidates else None, "conversation": x_jeirt_conversation, "sticky": x_jeirt_sticky}
+                 if x_jeirt_candidates else None, "conversation": x_jeirt_conversation, "sticky": x_jeirt_sticky,
+                 "target_p": x_jeirt_target_p, "target_share": x_jeirt_target_share,
+                 "budget_per_1k": x_jeirt_budget_per_1k}
         names = [k.lower() for k in (request.headers.keys() if request is not None else ())]
         try:
             ctl = ChatControl.from_request(body.model_dump(), {k: v for k, v in given.items() if v is not None}, names)
@@ -216,7 +221,8 @@ class Router:
         # any replica); without one, each turn by its last
         text = body.first_user_text if ctl.conversation and ctl.sticky else body.last_user_text
         routed = await self._route([text], {"candidates": candidates, "policy": ctl.policy, "top_k": None,
-                                            "budget": ctl.max_cost, "min_p": ctl.min_p,
+                                            "budget": ctl.max_cost, "min_p": ctl.min_p, "target_p": ctl.target_p,
+                                            "target_share": ctl.target_share, "budget_per_1k": ctl.budget_per_1k,
                                             "ranking": max(16, 4 * config.gateway.max_tries)}, route="chat")
         routing, p_of = routing_of(routed["results"][0], routed["space"], sticky)
         ranking = routing["ranking"]

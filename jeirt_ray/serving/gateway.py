@@ -23,7 +23,9 @@ from .settings import GatewayConfig, Upstream
 
 log = logging.getLogger("jeirt.serve")
 CONTROL_HEADERS = {"x-jeirt-policy": "policy", "x-jeirt-max-cost": "max_cost", "x-jeirt-candidates": "candidates",
-                   "x-jeirt-min-p": "min_p", "x-jeirt-conversation": "conversation", "x-jeirt-sticky": "sticky"}
+                   "x-jeirt-min-p": "min_p", "x-jeirt-conversation": "conversation", "x-jeirt-sticky": "sticky",
+                   "x-jeirt-target-p": "target_p", "x-jeirt-target-share": "target_share",
+                   "x-jeirt-budget-per-1k": "budget_per_1k"}
 
 
 @dataclass
@@ -34,6 +36,9 @@ class ChatControl:
     min_p: float | None = None
     conversation: str | None = None
     sticky: bool = True
+    target_p: float | None = None
+    target_share: float | None = None
+    budget_per_1k: float | None = None
 
     @classmethod
     def from_request(cls, body: dict, headers: dict, header_names: list[str] = ()) -> "ChatControl":
@@ -45,7 +50,8 @@ class ChatControl:
         if unknown:
             raise RequestError(f"unknown header(s) {unknown}; the gateway reads {', '.join(CONTROL_HEADERS)}")
         values = {"conversation": body.get("user")} if body.get("user") else {}
-        for name in ("policy", "max_cost", "candidates", "min_p", "sticky"):
+        for name in ("policy", "max_cost", "candidates", "min_p", "sticky", "target_p", "target_share",
+                     "budget_per_1k"):
             if body.get(name) is not None:
                 values[name] = body[name]
         for name, value in headers.items():

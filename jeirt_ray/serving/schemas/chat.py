@@ -24,7 +24,7 @@ USER_MESSAGE = {"type": "object", "required": ["role", "content"],
                 "properties": {"role": {"const": "user"}, "content": {"type": "string", "pattern": TEXT_PATTERN}}}
 
 
-CONTROL_FIELDS = ("policy", "max_cost", "candidates", "min_p", "sticky")
+CONTROL_FIELDS = ("policy", "max_cost", "candidates", "min_p", "sticky", "target_p", "target_share", "budget_per_1k")
 
 
 class ChatRequest(BaseModel):
@@ -44,8 +44,14 @@ class ChatRequest(BaseModel):
     candidates: list[str] | None = Field(None, min_length=1, description="the LLMs allowed")
     min_p: float | None = Field(None, ge=0, le=1, description="allow only LLMs whose P(correct) reaches this")
     sticky: StrictBool | None = Field(None, description="false: route this turn afresh even with a conversation key")
+    target_p: float | None = Field(None, ge=0, le=1, description="quality_target: the cheapest LLM whose p reaches "
+                                                                 "this")
+    target_share: float | None = Field(None, gt=0, le=1, description="quality_target: the cheapest LLM whose p "
+                                                                     "reaches this share of the best p")
+    budget_per_1k: float | None = Field(None, ge=0, description="budget: USD per 1,000 requests on average")
 
-    _numbers = field_validator("max_cost", "min_p", mode="before")(_a_number)
+    _numbers = field_validator("max_cost", "min_p", "target_p", "target_share", "budget_per_1k",
+                               mode="before")(_a_number)
 
     @field_validator("messages")
     @classmethod
