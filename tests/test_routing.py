@@ -192,3 +192,31 @@ def test_tune_routing_with_benchmarks_absent_from_training(routed, unseen):
     signals = builder.build(space.predict_proba(prep.X[rows]), prep.X[rows])
     assert signals.topic.shape == (len(rows), data.n_models) and np.isfinite(signals.topic).all()
     assert policy.choose(signals, np.ones((len(rows), data.n_models), bool)).shape == (len(rows),)
+
+
+def _signals(n: int, informative: bool, seed: int = 0):
+    """Two LLMs, each right on half the questions; p cannot tell which, the `local` signal can
+    (informative) or is noise."""
+    rng = np.random.default_rng(seed + 7)  # not choose_policy's own halves' seed
+    first = rng.random(n) < 0.5
+    labels = np.stack([first, ~first], axis=1).astype(float)
+    p = np.tile([0.55, 0.5], (n, 1))
+    local = labels * 0.8 + 0.1 if informative else rng.random((n, 2))
+    return RoutingSignals(p=p, local={25: local}, prior=np.array([0.5, 0.5]), coverage=np.ones(n)), labels
+
+
+def test_a_mixing_policy_is_kept_only_when_its_gain_is_clear():
+    from jeirt_ray.routing.policies import choose_policy
+    candidates = candidate_policies(ks=(25,), has_topic=False)
+    signals, labels = _signals(400, informative=True)
+    policy, _, evidence = choose_policy(signals, labels, candidates)
+    assert policy.name == "local" and evidence["kept"] and evidence["val_gain_ci95"][0] > 0
+    noise, labels = _signals(400, informative=False)
+    policy, _, evidence = choose_policy(noise, labels, candidates)
+    assert policy.name == "argmax" and not evidence["kept"] and evidence["val_gain_ci95"][0] <= 0
+    # clear in distribution but a loss on a held-out benchmark: argmax
+    bad, bad_labels = _signals(200, informative=True, seed=1)
+    bad.local[25] = 1 - bad.local[25]  # the neighbours point the wrong way off the map
+    policy, _, evidence = choose_policy(signals, _signals(400, informative=True)[1], candidates,
+                                        held_out=[(bad, bad_labels)])
+    assert policy.name == "argmax" and evidence["held_out_gain_ci95"][0] < 0

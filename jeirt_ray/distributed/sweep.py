@@ -137,6 +137,9 @@ def run_sweep(sweep: SweepConfig, prep, *, storage: str | Path, tracking_uri: st
             row["test_accuracy"] = binary_metrics(pair_probs(probs, rows, test), test.y.numpy())["test_accuracy"]
         trials.append(row)
     done = [t for t in trials if t["completed"]]
+    if not done:
+        from .tune import SearchFailed
+        raise SearchFailed(f"sweep {sweep.name!r}: none of its {len(trials)} trials completed; see {res['storage']}")
     best = min(done, key=lambda t: t["val_loss"])
     summary = {"name": sweep.name, "parent_run_id": parent_run_id, "storage": res["storage"],
                "trials": [{k: v for k, v in t.items() if k != "trial"} for t in trials],

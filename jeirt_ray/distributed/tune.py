@@ -117,6 +117,10 @@ def load_trial(trial: dict, in_dim: int, n_models: int) -> torch.nn.Module:
     return mod.eval()
 
 
+class SearchFailed(LookupError):
+    """No trial of a search completed (the CLI says so in one line)."""
+
+
 def run_search(prep, kind: str, settings: SearchSettings, *, storage: str | Path,
                tracking_uri: str | None = None, space: dict[str, Domain] | None = None,
                base: dict | None = None, workers: int | None = None, gpus: bool = False,
@@ -188,7 +192,8 @@ def run_search(prep, kind: str, settings: SearchSettings, *, storage: str | Path
     if not chosen:
         if mlflow_cfg:
             tracker.end_run(mlflow_cfg["parent_run_id"], failed=True)
-        raise RuntimeError(f"no {kind} trial completed in the search ({trials} trials); errors: {errors[:3]}")
+        raise SearchFailed(f"no {kind} trial completed in the search ({trials} trials); the first errors: "
+                           f"{errors[:3]}; the trials' logs are under {storage}")
     members = [load_trial(t, prep.X.shape[1], prep.data.n_models) for t in chosen]
     seconds = time.perf_counter() - start
     if mlflow_cfg:

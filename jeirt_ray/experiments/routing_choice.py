@@ -6,8 +6,9 @@ distribution) and with benchmarks held out in turn (leave-one-benchmark-out insi
 data: a member of the space and the signals fitted without the benchmark, as a query of an
 unseen benchmark meets them), and keeps the policy that does best held out among those within
 `ID_TOLERANCE` of the best in distribution; there every mixing policy has a coverage gate. A
-mixing policy is kept only where its gain over the argmax is clear of noise, measured out of
-half (routing.policies.choose_policy); the evidence is stored with the policy.
+mixing policy is kept only where its gain over the argmax is clear of noise in distribution and
+no loss is within the noise on held-out benchmarks, measured out of half
+(routing.policies.choose_policy); the evidence is stored with the policy.
 """
 
 from __future__ import annotations

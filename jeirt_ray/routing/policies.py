@@ -220,14 +220,15 @@ def choose_policy(signals: RoutingSignals, labels: np.ndarray, candidates: list[
     The gain is measured as the selection would meet new queries: the validation questions
     (and each held-out benchmark's) are split in two halves; the policy selected on one half is
     scored against the argmax on the other, and the other way round. The mixing policy is kept
-    only if the 95% bootstrap interval of that out-of-half gain lies above 0 in distribution
-    and, where benchmarks were held out, on them too."""
+    only if the 95% bootstrap interval of that out-of-half gain lies above 0 in distribution and,
+    where benchmarks were held out, no loss lies inside it on them (its lower end at or above 0:
+    a gated policy that falls back to the argmax off the map gains exactly 0 there)."""
     argmax = candidates[0]
     if argmax.name != "argmax":
         raise ValueError("choose_policy: the first candidate must be the argmax")
     chosen, table = select_policy(signals, labels, candidates, held_out, tolerance)
     evidence: dict = {"candidate": chosen.model_dump(), "rule": "kept only if its out-of-half gain over argmax "
-                      "has a 95% interval above 0 in distribution and on held-out benchmarks"}
+                      "has a 95% interval above 0 in distribution and at or above 0 on held-out benchmarks"}
     if chosen == argmax:
         return argmax, table, {**evidence, "kept": True, "why": "argmax is the best on validation"}
     rng = np.random.default_rng(seed)
@@ -252,7 +253,7 @@ def choose_policy(signals: RoutingSignals, labels: np.ndarray, candidates: list[
         ho = np.concatenate(ho_gains) if ho_gains else np.zeros(0)
         evidence |= {"held_out_questions": int(len(ho)), "held_out_gain": float(ho.mean()) if len(ho) else None,
                      "held_out_gain_ci95": bootstrap_ci(ho) if len(ho) else None}
-        keep = keep and len(ho) > 0 and evidence["held_out_gain_ci95"][0] > 0
+        keep = keep and len(ho) > 0 and evidence["held_out_gain_ci95"][0] >= 0
     evidence["kept"] = bool(keep)
     evidence["why"] = "its gain is clear of noise" if keep else "its gain over argmax is not clear of noise: argmax"
     return (chosen if keep else argmax), table, evidence
