@@ -274,9 +274,12 @@ class Router:
     @api.get("/v1/models", response_model=ModelsResponse, responses={500: ERRORS[500]})
     async def models(self) -> dict:
         core = self.live.current()
+        prices = core.prices
         return {"object": "list", "space": core.label, "alias": self.live.config.alias,
                 "data": [{"id": n, "object": "model", "owned_by": "jeirt", "registry_version": self.live.version,
-                          "cost": None if core.costs is None else float(core.costs[i])}
+                          "cost": None if core.costs is None else float(core.costs[i]),
+                          "input_usd_per_mtok": None if prices is None else float(prices.input_usd_per_mtok[i]),
+                          "output_usd_per_mtok": None if prices is None else float(prices.output_usd_per_mtok[i])}
                          for i, n in enumerate(core.names)]}
 
     # ---- the web explorer ----------------------------------------------------------------------

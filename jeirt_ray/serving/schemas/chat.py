@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from ...routing.decisions import PolicyName
 from .common import BLANK, MAX_QUERY_CHARS, TEXT_PATTERN, ErrorBody, _a_number

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import (
-    BaseModel,
-    StringConstraints,
-)
+from pydantic import BaseModel, StringConstraints
 
 from ...routing.decisions import PolicyName
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import (
-    BaseModel,
-    Field,
-)
+from pydantic import BaseModel, Field
 
 
 class MapPoints(BaseModel):

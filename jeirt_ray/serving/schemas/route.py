@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...routing.decisions import DEFAULT_TOP_K, RouteDecision
 from .common import BLANK, MAX_QUERIES, Policy, Query, _a_number, exactly_one_of

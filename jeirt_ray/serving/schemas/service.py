@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import (
-    BaseModel,
-    Field,
-)
+from pydantic import BaseModel, Field
 
 
 class ModelCard(BaseModel):
@@ -15,7 +12,9 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     owned_by: str
     registry_version: str
-    cost: float | None
+    cost: float | None = Field(description="price per call, where user_config.costs sets one")
+    input_usd_per_mtok: float | None = Field(None, description="USD per million input tokens, where prices are set")
+    output_usd_per_mtok: float | None = Field(None, description="USD per million output tokens, where prices are set")
 
 
 class ModelsResponse(BaseModel):

@@ -59,8 +59,13 @@ for (const t of TABS) {
 
 // ---- Route -------------------------------------------------------------------------------------
 function policies() {
-  const withCosts = state.models && state.models.data.some((m) => m.cost !== null);
-  return ["tuned", "most_likely", ...(withCosts ? ["cost_weighted", "cheapest_within_margin"] : [])];
+  const withCosts = state.models && state.models.data.some((m) => m.cost !== null || m.input_usd_per_mtok != null);
+  return ["tuned", "most_likely", ...(withCosts ? ["cost_weighted", "cheapest_within_margin", "quality_target"] : [])];
+}
+
+// what a policy needs besides its name (the explorer asks within 5% of the best p)
+function request(queries, policy) {
+  return policy === "quality_target" ? { queries, policy, target_share: 0.95 } : { queries, policy };
 }
 
 async function route(event) {
@@ -72,11 +77,11 @@ async function route(event) {
   const out = $("route-results");
   out.replaceChildren(el("p", {}, "routing…"));
   try {
-    const main = await getJSON("/v1/route", { queries, policy });
+    const main = await getJSON("/v1/route", request(queries, policy));
     out.replaceChildren(...main.results.map((r, i) => renderResult(r, i, queries[i])));
     // the picks under the other policies follow, one request each
     for (const p of policies().filter((p) => p !== policy)) {
-      const rs = (await getJSON("/v1/route", { queries, policy: p })).results;
+      const rs = (await getJSON("/v1/route", request(queries, p))).results;
       rs.forEach((r, i) => out.querySelector(`.result[data-query="${i}"] .others`).append(` · under ${p}: ${r.chosen}`));
     }
   } catch (e) {
@@ -91,7 +96,7 @@ function renderResult(r, i, query) {
     ` (p = ${r.p_correct.toFixed(3)}, policy ${r.policy})`));
   const facts = [`difficulty ||E_Q|| = ${r.difficulty.toFixed(2)}`];
   if (r.nearest_benchmark) facts.push(`nearest benchmark: ${r.nearest_benchmark}`);
-  if (r.expected_cost !== null) facts.push(`expected cost: ${r.expected_cost}`);
+  if (r.expected_cost !== null) facts.push(`expected cost: $${r.expected_cost.toPrecision(3)}`);
   box.append(el("p", { class: "facts" }, facts.join(" · "), el("span", { class: "others" })));
   box.append(el("p", { class: "why" }, why(r)));
   const shown = chartRows(r);
@@ -141,6 +146,7 @@ function why(r) {
       "(and keeps the best-on-average LLM unless another is clearly better)",
     cost_weighted: "cost_weighted ranks the LLMs by P(correct) − cost_weight × cost",
     cheapest_within_margin: "cheapest_within_margin takes the cheapest LLM whose P(correct) is within the margin of the best",
+    quality_target: "quality_target takes the cheapest LLM whose P(correct) reaches 95% of the best one's",
   }[r.policy] || `${r.policy} ranks the LLMs by its own score`;
   return `Why not ${best.model} (the highest P(correct), ${best.p_correct.toFixed(3)})? ${rule[0].toUpperCase()}${rule.slice(1)}: ` +
     `${r.chosen} scores ${pick.score.toFixed(3)} against ${best.score.toFixed(3)}.`;
