@@ -164,6 +164,8 @@ def test_skipped_lines_are_reported_when_a_harness_folder_is_the_data(tmp_path, 
     assert data.n_responses == 8
     assert "1 item(s) skipped" in caplog.text and "not a JSON record" in caplog.text
     assert "jeirt data import" in caplog.text
+    result = runner.invoke(app, ["data", "check", str(tmp_path / "runs")])  # on the terminal too
+    assert result.exit_code == 0 and "1 item(s) skipped" in " ".join(result.output.split())
 
 
 # ---- API misuse -------------------------------------------------------------------------------------

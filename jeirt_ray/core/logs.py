@@ -88,8 +88,8 @@ def ray_init_kwargs() -> dict:
 
 
 class _Progress(logging.Handler):
-    def __init__(self, say):
-        super().__init__(logging.INFO)
+    def __init__(self, say, level: int = logging.INFO):
+        super().__init__(level)
         self.say = say
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -97,8 +97,10 @@ class _Progress(logging.Handler):
 
 
 def show_progress(say) -> None:
-    """Show the pipeline's own progress lines (the `jeirt.pipeline` logger, INFO and up) with
-    `say(line)`; they also reach the log file."""
-    logger = logging.getLogger("jeirt.pipeline")
-    logger.handlers = [h for h in logger.handlers if not isinstance(h, _Progress)] + [_Progress(say)]
-    logger.setLevel(logging.INFO)
+    """Show the pipeline's own progress lines (the `jeirt.pipeline` logger, INFO and up) and what
+    reading data left out (the `jeirt.data` logger, WARNING and up) with `say(line)`; they also
+    reach the log file."""
+    for name, level in (("jeirt.pipeline", logging.INFO), ("jeirt.data", logging.WARNING)):
+        logger = logging.getLogger(name)
+        logger.handlers = [h for h in logger.handlers if not isinstance(h, _Progress)] + [_Progress(say, level)]
+        logger.setLevel(logging.INFO)
