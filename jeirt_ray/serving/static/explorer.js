@@ -63,9 +63,11 @@ function policies() {
   return ["tuned", "most_likely", ...(withCosts ? ["cost_weighted", "cheapest_within_margin", "quality_target"] : [])];
 }
 
-// what a policy needs besides its name (the explorer asks within 5% of the best p)
+// what a policy needs besides its name (the explorer asks within 5% of the best p), and every
+// LLM's score (top_k null), which the chart shows
 function request(queries, policy) {
-  return policy === "quality_target" ? { queries, policy, target_share: 0.95 } : { queries, policy };
+  const body = { queries, policy, top_k: null };
+  return policy === "quality_target" ? { ...body, target_share: 0.95 } : body;
 }
 
 async function route(event) {
