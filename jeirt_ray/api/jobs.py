@@ -225,14 +225,21 @@ def train(data: DataLike = None, *, encoder: str = DEFAULT_ENCODER, search: bool
     return space
 
 
-def price_metadata(prices: str | Path, prep) -> dict:
-    """The space's `prices` (resolved for its LLMs, each price's source said in one line) and
-    `answer_tokens` (from the data folder's recorded answer lengths, else the default)."""
-    from ..routing.prices import OutputLengths, PriceTable, read_answer_tokens, resolve_prices
+def _prices_and_answers(prices: str | Path, prep):
+    """(the price table resolved for the data's LLMs, each price's source said in one line; the
+    answer tokens the data folder records as (matrix, what it says), or None)."""
+    from ..routing.prices import PriceTable, read_answer_tokens, resolve_prices
     resolved = resolve_prices(prep.data.models, PriceTable.read(prices))
     log.info("%s", resolved.summary())
     folder = prep.data.extra.get("folder")
-    answers = read_answer_tokens(folder, prep.data.models, prep.data.question_ids) if folder else None
+    return resolved, read_answer_tokens(folder, prep.data.models, prep.data.question_ids) if folder else None
+
+
+def price_metadata(prices: str | Path, prep) -> dict:
+    """The space's `prices` (resolved for its LLMs) and `answer_tokens` (from the data folder's
+    recorded answer lengths, else the default)."""
+    from ..routing.prices import OutputLengths
+    resolved, answers = _prices_and_answers(prices, prep)
     lengths = OutputLengths.constant(prep.data.n_models) if answers is None else OutputLengths.from_matrix(
         answers[0], prep.split.questions(0), prep.data.benchmarks, answers[1])
     return {"prices": resolved.to_dict(), "answer_tokens": lengths.to_dict()}
@@ -361,11 +368,7 @@ def report(data: DataLike = None, *, out: str | Path, encoder: str = DEFAULT_ENC
     space = train_space(prep, members=members or JEIRT_MEMBERS)
     llm_prices = answers = None
     if prices is not None:
-        from ..routing.prices import PriceTable, read_answer_tokens, resolve_prices
-        llm_prices = resolve_prices(prep.data.models, PriceTable.read(prices))
-        log.info("%s", llm_prices.summary())
-        folder = prep.data.extra.get("folder")
-        found = read_answer_tokens(folder, prep.data.models, prep.data.question_ids) if folder else None
+        llm_prices, found = _prices_and_answers(prices, prep)
         answers = found[0] if found else None
     out = Path(out)
     results = run_report(prep, space, out, seed=seed, studies=list(studies) if studies else None, costs=cost_array,

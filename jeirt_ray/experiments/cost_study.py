@@ -135,7 +135,7 @@ def cost_study(prep: Prepared, prices: LLMPrices, answer_tokens: np.ndarray | No
         per_llm_cal = [ece(p_cal["test"][seen[:, m], m], test_l[seen[:, m], m]) for m in range(data.n_models)]
         calibration[name] = {"ece": ece(p["test"][seen], test_l[seen]),
                              "ece_recalibrated": ece(p_cal["test"][seen], test_l[seen]),
-                             "recalibration_kept": bool(kept), **{k: v for k, v in report.items()},
+                             "recalibration_kept": bool(kept), **report,
                              "ece_per_llm": dict(zip(data.models.tolist(), per_llm)),
                              "ece_per_llm_recalibrated": dict(zip(data.models.tolist(), per_llm_cal)),
                              "train_seconds": seconds}

@@ -28,15 +28,20 @@ from .outcomes import available_argmax, routed_labels
 _SIZE = re.compile(r"(?:(\d+)\s*x\s*)?(\d+(?:\.\d+)?)\s*b(?![a-z])", re.I)
 
 
+def size_in_billions(name: str) -> float | None:
+    """The parameter count in a model's name: `Llama-2-70b` -> 70, `Mixtral-8x7B` -> 56; the last
+    size in the name ("Qwen1.5-110B" -> 110: the "1.5" has no b after it)."""
+    found = _SIZE.findall(str(name).replace("_", "-"))
+    if not found:
+        return None
+    experts, billions = found[-1]
+    return float(billions) * (int(experts) if experts else 1)
+
+
 def default_costs(models: list[str] | np.ndarray) -> tuple[np.ndarray, dict[str, str]]:
     """(cost per call, how each cost was set) from the parameter counts in the names."""
-    sizes: dict[str, float] = {}
-    for name in models:
-        # the last size in the name: "Qwen1.5-110B" -> 110 (the "1.5" has no b after it)
-        found = _SIZE.findall(str(name).replace("_", "-"))
-        if found:
-            experts, billions = found[-1]
-            sizes[str(name)] = float(billions) * (int(experts) if experts else 1)
+    sizes = {str(m): size_in_billions(m) for m in models}
+    sizes = {m: v for m, v in sizes.items() if v is not None}
     fallback = max(sizes.values()) if sizes else 1.0
     costs = np.array([sizes.get(str(m), fallback) for m in models])
     source = {str(m): (f"{sizes[str(m)]:g}B parameters (from the name)" if str(m) in sizes

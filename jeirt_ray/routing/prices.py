@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .costs import size_in_billions
+
 log = logging.getLogger("jeirt.routing")
 
 PRICE_COLUMNS = ("model", "input_usd_per_mtok", "output_usd_per_mtok")
@@ -36,7 +38,6 @@ DEFAULT_OUTPUT_TOKENS = 256.0  # an answer's tokens where the data records no an
 # Together AI's 2024 serverless tiers for open weights (USD per million tokens, in = out), by size in
 # billions: the proxy for an LLM no table prices (shared/data/prices.md gives the sources)
 SIZE_TIERS = ((4, 0.10), (8, 0.20), (21, 0.30), (41, 0.80), (80, 0.90), (110, 1.80), (float("inf"), 3.50))
-_SIZE = re.compile(r"(?:(\d+)\s*x\s*)?(\d+(?:\.\d+)?)\s*b(?![a-z])", re.I)
 
 
 def normalise_name(name: str) -> str:
@@ -137,15 +138,6 @@ def public_price_table() -> tuple[dict[str, tuple[float, float]], str]:
     return table, f"tokencost {version} (LiteLLM's model_prices.json)"
 
 
-def size_in_billions(name: str) -> float | None:
-    """The parameter count in a model's name: `Llama-2-70b` -> 70, `Mixtral-8x7B` -> 56."""
-    found = _SIZE.findall(str(name).replace("_", "-"))
-    if not found:
-        return None
-    experts, billions = found[-1]
-    return float(billions) * (int(experts) if experts else 1)
-
-
 def size_tier_price(billions: float) -> float:
     return next(price for limit, price in SIZE_TIERS if billions <= limit)
 
@@ -235,7 +227,7 @@ class TokenCounter:
             tok.no_truncation()
             tok.no_padding()
             self.tokenizer, self.name = tok, "all-MiniLM-L6-v2 WordPiece (bert-base-uncased vocabulary)"
-        except (ImportError, OSError, ValueError, Exception):  # noqa: BLE001 - any failure: the plain estimate
+        except Exception:  # noqa: BLE001 - whatever keeps the tokenizer from loading: the plain estimate
             log.info("token counts: characters / %g (the bundled tokenizer could not be loaded)", CHARS_PER_TOKEN)
 
     def count(self, texts) -> np.ndarray:

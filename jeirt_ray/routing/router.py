@@ -18,6 +18,8 @@ the LLMs; `budget` drops those costing more per call; `min_p` those whose p fall
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from .costs import cheapest_within_margin, cost_weighted_choice
@@ -79,25 +81,24 @@ class SpaceRouter:
     def priced(self) -> bool:
         return self.prices is not None or self.costs is not None
 
-    def cost_matrix(self, x: np.ndarray, texts: list[str] | None = None) -> np.ndarray | None:
+    def cost_matrix(self, x: np.ndarray, texts: list[str] | None = None,
+                    nearest: list[str] | None = None) -> np.ndarray | None:
         """USD per query (rows of `x`) and LLM, or None without prices or costs. Input tokens are
-        counted in `texts` (without them: the median of the space's own questions)."""
+        counted in `texts` (without them: the median of the space's own questions); `nearest`:
+        each query's nearest benchmark, where the caller has it already."""
         if self.prices is None:
             return None if self.costs is None else np.tile(self.costs, (len(x), 1))
-        if texts is not None:
-            tokens = token_counter().count(texts)
-        else:
-            tokens = np.full(len(x), self._median_tokens())
+        tokens = token_counter().count(texts) if texts is not None else np.full(len(x), self._median_tokens)
         bench = None
         if self.centroids is not None and self.lengths.benchmarks:
             where = {b: i for i, b in enumerate(self.lengths.benchmarks)}
-            nearest = self.nearest(x)
-            bench = np.array([where.get(b, -1) for b in nearest])
-        out_tokens = self.lengths.expected(bench, len(x))
-        out_tokens = np.hstack([out_tokens, np.full((len(x), len(self.names) - out_tokens.shape[1]),
-                                                    self.lengths.default)])[:, :len(self.names)]
+            bench = np.array([where.get(b, -1) for b in (nearest or self.nearest(x))])
+        out_tokens = np.full((len(x), len(self.names)), self.lengths.default)  # LLMs onboarded later: the default
+        fitted = self.lengths.expected(bench, len(x))[:, :len(self.names)]
+        out_tokens[:, :fitted.shape[1]] = fitted
         return cost_matrix(self.prices, tokens, out_tokens)
 
+    @cached_property
     def _median_tokens(self) -> float:
         texts = getattr(self.space, "question_texts", None) or []
         return float(np.median(token_counter().count(texts[:500]))) if texts else 100.0
@@ -198,7 +199,8 @@ class SpaceRouter:
                                "target_share (a share of the best LLM's p)")
         if policy == "budget" and budget_per_1k is None:
             raise RequestError("policy 'budget' needs budget_per_1k (USD per 1,000 queries)")
-        cost = self.cost_matrix(x, texts)
+        nearest = self.nearest(x) if self.centroids is not None else None
+        cost = self.cost_matrix(x, texts, nearest)
         cand = self.candidates(candidates, budget, cost)
         p = self.space.predict_proba(x)
         allowed = np.zeros(p.shape, dtype=bool)
@@ -218,7 +220,6 @@ class SpaceRouter:
             order.append(np.where(ok, pick, -1))
             left[np.arange(len(p))[ok], pick[ok]] = False
         norms = np.linalg.norm(self.space.question_vectors(x), axis=1)
-        nearest = self.nearest(x) if self.centroids is not None else None
 
         def cost_of(i, j):
             return None if cost is None else float(cost[i, j])
