@@ -21,11 +21,11 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Space": "api.space", "Registry": "api.space",
     "ResponseData": "data", "Split": "data", "DataError": "data", "Prepared": "experiments.prepare",
-    "RouteDecision": "routing.decisions",
+    "RouteDecision": "routing.decisions", "KeyStore": "serving.keys",
     "Imported": "api.jobs", "load_data": "api.jobs", "import_results": "api.jobs", "prepare": "api.jobs",
     "train": "api.jobs", "evaluate": "api.jobs", "register": "api.jobs", "demo": "api.jobs", "report": "api.jobs",
 }
-__all__ = ["Space", "Registry", "ResponseData", "Split", "DataError", "Prepared", "RouteDecision", "Imported",
+__all__ = ["Space", "Registry", "ResponseData", "Split", "DataError", "Prepared", "RouteDecision", "KeyStore", "Imported",
            "load_data", "import_results", "prepare", "train", "evaluate", "register", "demo", "report", "__version__"]
 
 if TYPE_CHECKING:  # for type checkers and the API reference
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # for type checkers and the API reference
     from .data import DataError, ResponseData, Split
     from .experiments.prepare import Prepared
     from .routing.decisions import RouteDecision
+    from .serving.keys import KeyStore
     from .api.jobs import Imported, demo, evaluate, import_results, load_data, prepare, register, report, train
 
 

@@ -1,6 +1,9 @@
 import contextlib
 import os
+import shutil
 import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +136,171 @@ def serving(space, name: str, home: Path, *, token: str | None = None, edit=None
         path = local_serve_config(home / "serve.yaml", edit, cpus, model=name, **args)
         with local_ray(**(ray_init or {})):
             yield deploy(load_config(path))
+
+
+def _postgres_binary(name: str) -> str | None:
+    import glob
+    return shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A throwaway PostgreSQL server (Debian's package) on a free loopback port, with a password
+    (so that URLs carry credentials, as in production), fsync off; stopped and deleted after the
+    session. Yields a SQLAlchemy URL of its `postgres` database."""
+    import secrets
+    import subprocess
+    import tempfile
+    initdb, postgres = _postgres_binary("initdb"), _postgres_binary("postgres")
+    if initdb is None or postgres is None:
+        pytest.skip("PostgreSQL not found: apt-get install postgresql (.ci/run installs it)")
+    folder = Path(tempfile.mkdtemp(prefix="jeirt-pg-"))
+    as_postgres: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses root: the server runs as Debian's postgres user
+        import pwd
+        try:
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root without a postgres user to run PostgreSQL as (apt-get install postgresql)")
+        os.chown(folder, pw.pw_uid, pw.pw_gid)
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+    password = f"pg-{secrets.token_hex(8)}"
+    (folder / "pw").write_text(password)
+    os.chmod(folder / "pw", 0o644)
+    subprocess.run(as_postgres + [initdb, "-D", str(folder / "data"), "-U", "jeirt", "--pwfile", str(folder / "pw"),
+                                  "--auth", "scram-sha-256", "-E", "UTF8", "--no-sync"],
+                   check=True, capture_output=True)
+    port = free_port()
+    log = open(folder / "server.log", "wb")
+    server = subprocess.Popen(as_postgres + [postgres, "-D", str(folder / "data"), "-p", str(port), "-h", "127.0.0.1",
+                                             "-k", str(folder), "-F", "-c", "max_connections=200"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    url = f"postgresql+psycopg://jeirt:{password}@127.0.0.1:{port}/postgres"
+    try:
+        import sqlalchemy
+        engine = sqlalchemy.create_engine(url)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with engine.connect():
+                    break
+            except sqlalchemy.exc.OperationalError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"PostgreSQL did not start: {(folder / 'server.log').read_text()[-2000:]}")
+                time.sleep(0.2)
+        engine.dispose()
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class TrackingServer:
+    """`mlflow server` on a PostgreSQL database, artifacts proxied (--serve-artifacts), as
+    k8s/mlflow.yaml runs it; `stop()` and `start()` again on the same port (an outage)."""
+
+    def __init__(self, backend: str, artifacts: Path, log: Path):
+        self.backend, self.artifacts, self.log = backend, artifacts, log
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def start(self, timeout: float = 120) -> None:
+        import subprocess
+        import sys
+
+        import httpx
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend, "--serve-artifacts",
+                 "--artifacts-destination", self.artifacts.as_uri(), "--host", "127.0.0.1", "--port", str(self.port),
+                 "--workers", "1"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mlflow server did not start: {self.log.read_text()[-3000:]}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """SIGKILL the server and its workers (its process group): an outage, not a shutdown."""
+        import signal
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def tracking_server(postgres_url, tmp_path_factory):
+    """An MLflow tracking server for the module, on a fresh database of the session's PostgreSQL;
+    stopped (with its workers) at the end."""
+    import secrets
+
+    import sqlalchemy
+    db = f"mlflow_{secrets.token_hex(4)}"
+    engine = sqlalchemy.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as c:
+        c.exec_driver_sql(f"CREATE DATABASE {db}")
+    engine.dispose()
+    folder = tmp_path_factory.mktemp("mlflow-server")
+    server = TrackingServer(f"{postgres_url.rsplit('/', 1)[0]}/{db}", folder / "artifacts", folder / "server.log")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Load:
+    """`clients` threads posting /v1/route until stopped; counts answers and failures by time."""
+
+    def __init__(self, url: str, clients: int = 4):
+        self.url, self.stop, self.lock = url, threading.Event(), threading.Lock()
+        self.ok, self.failed = 0, []
+        self.threads = [threading.Thread(target=self._client, daemon=True) for _ in range(clients)]
+
+    def _client(self):
+        import httpx
+        with httpx.Client(timeout=30) as client:
+            while not self.stop.is_set():
+                try:
+                    r = client.post(f"{self.url}/v1/route", json={"query": "what is the sum of 2 and 3?"})
+                    good, why = r.status_code == 200, r.status_code
+                except httpx.HTTPError as e:
+                    good, why = False, type(e).__name__
+                with self.lock:
+                    if good:
+                        self.ok += 1
+                    else:
+                        self.failed.append((time.time(), why))
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=60)
+
+
+def wait_for(predicate, timeout: float = 20.0) -> bool:
+    """Poll `predicate` every 0.5 s until it holds (True) or `timeout` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return False

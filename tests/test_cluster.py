@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from .conftest import free_port, local_serve_config, registry_env
+from .conftest import Load, free_port, local_serve_config, registry_env
 from .multinode import nodes, output_of
 
 ray = pytest.importorskip("ray")
@@ -192,39 +192,6 @@ def _spread_routers(replicas: int):
             else:
                 d["ray_actor_options"]["num_cpus"] = 0.25
     return edit
-
-
-class Load:
-    """`clients` threads posting /v1/route until stopped; counts answers and failures by time."""
-
-    def __init__(self, url: str, clients: int = 4):
-        self.url, self.stop, self.lock = url, threading.Event(), threading.Lock()
-        self.ok, self.failed = 0, []
-        self.threads = [threading.Thread(target=self._client, daemon=True) for _ in range(clients)]
-
-    def _client(self):
-        with httpx.Client(timeout=30) as client:
-            while not self.stop.is_set():
-                try:
-                    r = client.post(f"{self.url}/v1/route", json={"query": "what is the sum of 2 and 3?"})
-                    good, why = r.status_code == 200, r.status_code
-                except httpx.HTTPError as e:
-                    good, why = False, type(e).__name__
-                with self.lock:
-                    if good:
-                        self.ok += 1
-                    else:
-                        self.failed.append((time.time(), why))
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=60)
 
 
 def _routers() -> list:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from jeirt_ray.routing.router import RequestError
-from jeirt_ray.serving.gateway import AllFailed, ChatControl, Conversations, Gateway, relay
+from jeirt_ray.serving.gateway import AllFailed, ChatControl, Conversations, Gateway, relay, stream_usage
 from jeirt_ray.serving.settings import GatewayConfig, RouterConfig, Upstream
 
 from .conftest import free_port
@@ -23,6 +23,10 @@ def ups():
     u.start("down503", "--fail", "503")
     u.start("refuses400", "--fail", "400")
     u.start("slow", "--delay", "3")
+    u.start("drip", "--drip", "0.4")  # 16 pieces, 0.4 s apart: never idle for a read timeout, 6 s in all
+    u.start("big", "--pad", "5000")
+    u.start("long", "--pad", "200", "--chunk-delay", "0.1")  # a stream of ~200 words, 0.1 s apart
+    u.start("BODY-PLANTED", "--fail", "500")  # its error body names it
     yield u
     u.stop()
 
@@ -101,7 +105,7 @@ def test_streaming_relays_the_upstreams_events_and_the_upstream_model_name(ups, 
         up = Upstream(url=ups.urls["beta"], model="beta-2025", api_key_env="BETA_KEY")
         answer = await gw.complete({**PAYLOAD, "stream": True}, [("beta", up)], CFG, stream=True)
         assert answer.media_type == "text/event-stream" and answer.first.startswith(b"data: ")
-        raw = b"".join([chunk async for chunk in relay(answer)]).decode()
+        raw = b"".join([chunk async for chunk in relay(answer, 60)]).decode()
         events = [e[len("data: "):] for e in raw.split("\n\n") if e.startswith("data: ")]
         assert events[-1] == "[DONE]"
         text = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1])
@@ -155,3 +159,66 @@ def test_router_config_upstreams_are_typed():
         RouterConfig(upstreams={"b": {"url": "https://x/v1", "api_keyenv": "K"}})
     with pytest.raises(ValueError, match="max_tries"):
         RouterConfig(gateway={"max_tries": 0})
+
+
+def test_a_dripping_upstream_is_cut_at_the_try_deadline_and_the_next_llm_answers(ups):
+    async def go():
+        rec, start = Recorder(), time.perf_counter()
+        gw = Gateway(rec)
+        tries = [("drip", Upstream(url=ups.urls["drip"])), ("alpha", Upstream(url=ups.urls["alpha"]))]
+        answer = await gw.complete(PAYLOAD, tries, GatewayConfig(connect_timeout_s=1, read_timeout_s=2,
+                                                                 try_deadline_s=1.5), stream=False)
+        assert answer.llm == "alpha" and time.perf_counter() - start < 4
+        assert [e[2] for e in rec.events if e[0] == "fell_back"] == ["deadline"]
+        # the request's own deadline: nothing is tried once it has passed
+        with pytest.raises(AllFailed) as e:
+            await Gateway().complete(PAYLOAD, tries, GatewayConfig(read_timeout_s=2, try_deadline_s=5,
+                                                                   request_deadline_s=1), stream=False)
+        assert "deadline" in e.value.tried[0]["error"] and "request's deadline" in e.value.tried[-1]["error"]
+        await gw.close()
+    run(go())
+
+
+def test_an_oversized_answer_is_refused_and_a_long_stream_is_cut(ups):
+    async def go():
+        gw = Gateway()
+        tries = [("big", Upstream(url=ups.urls["big"])), ("alpha", Upstream(url=ups.urls["alpha"]))]
+        answer = await gw.complete(PAYLOAD, tries, GatewayConfig(max_answer_bytes=2048), stream=False)
+        assert answer.llm == "alpha" and "more than 2048 bytes" in answer.tried[0]["error"]
+        streamed = await gw.complete({**PAYLOAD, "stream": True}, [("long", Upstream(url=ups.urls["long"]))], CFG,
+                                     stream=True)
+        start = time.perf_counter()
+        raw = b"".join([chunk async for chunk in relay(streamed, 0.5)]).decode()
+        assert time.perf_counter() - start < 2 and "ran past the gateway's limit of 0.5 s" in raw
+        await gw.close()
+    run(go())
+
+
+def test_a_streams_usage_is_read_from_its_last_event(ups):
+    async def go():
+        gw, seen = Gateway(), []
+
+        async def on_end(usage):
+            seen.append(usage)
+        payload = {**PAYLOAD, "stream": True, "stream_options": {"include_usage": True}}
+        answer = await gw.complete(payload, [("alpha", Upstream(url=ups.urls["alpha"]))], CFG, stream=True)
+        b"".join([chunk async for chunk in relay(answer, 60, on_end)])
+        assert seen == [{"prompt_tokens": 1, "completion_tokens": 7, "total_tokens": 1}]  # 'alpha answers: What is 2 + 2?'
+        await gw.close()
+    run(go())
+    assert stream_usage(b'data: {"choices": []}\n\ndata: [DONE]\n\n') is None
+
+
+def test_upstream_failures_name_neither_the_url_nor_the_body(ups):
+    """An upstream URL may carry credentials and an error body may echo them: neither reaches
+    what a failure says (the 502's body, the log)."""
+    async def go():
+        port = ups.urls["BODY-PLANTED"].split(":")[2].split("/")[0]
+        tries = [("failing", Upstream(url=f"http://user:URL-PLANTED@127.0.0.1:{port}/v1")),
+                 ("dead", Upstream(url=f"http://user:URL-PLANTED@127.0.0.1:{free_port()}/v1"))]
+        with pytest.raises(AllFailed) as e:
+            await Gateway().complete(PAYLOAD, tries, CFG, stream=False)
+        return str(e.value)
+    said = run(go())
+    assert "answered 500" in said and "cannot reach the upstream" in said
+    assert "PLANTED" not in said

@@ -17,13 +17,14 @@ from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
 
-from .conftest import free_port, local_ray, registry_env
+from .conftest import free_port, local_ray, registry_env, wait_for
 
 ray = pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "serve-test"
 TOKEN = "test-token"
+ADMIN = {"authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
@@ -72,29 +73,6 @@ def test_local_testing_mode_routes_without_a_cluster(registry):
     assert health["registry"]["reachable"]
 
 
-def test_onboarding_without_a_configured_token_is_401_then_403_not_5xx(monkeypatch):
-    """A switched-off feature is a 4xx that clients do not retry, never a 5xx; a request without
-    credentials is 401 in every configuration, as the declared bearer scheme says (the handler
-    itself: the live service below has a token)."""
-    import asyncio
-
-    from fastapi import HTTPException
-    from fastapi.security import HTTPAuthorizationCredentials
-
-    from jeirt_ray.serving.app import Router
-    from jeirt_ray.serving.schemas import OnboardRequest
-    cls = Router.func_or_class
-    router = cls.__new__(cls)
-    router.token, router.token_env = None, "JEIRT_API_TOKEN"
-    body = OnboardRequest(model="m", responses=[{"question_id": "q", "label": 1}])
-    with pytest.raises(HTTPException) as e:
-        asyncio.run(router.onboard(body, None))
-    assert e.value.status_code == 401 and e.value.headers == {"WWW-Authenticate": "Bearer"}
-    with pytest.raises(HTTPException) as e:
-        asyncio.run(router.onboard(body, HTTPAuthorizationCredentials(scheme="Bearer", credentials="x")))
-    assert e.value.status_code == 403 and "set JEIRT_API_TOKEN" in e.value.detail
-
-
 @pytest.fixture(scope="module")
 def service(registry, tmp_path_factory):
     from jeirt_ray.serving.deploy import deploy, load_config
@@ -118,15 +96,6 @@ def service(registry, tmp_path_factory):
 
 def _models(url):
     return httpx.get(f"{url}/v1/models", timeout=30).json()
-
-
-def _wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 def test_http_route_models_health_and_chat(service, registry):
@@ -161,9 +130,10 @@ def test_http_route_models_health_and_chat(service, registry):
     ("/v1/route", {"query": "q", "candidates": ["gpt-9"]}, {}, 404, "unknown candidate"),
     ("/v1/route", {"query": "q", "policy": "cost_weighted"}, {}, 409, "need prices"),
     ("/v1/chat/completions", {"messages": [{"role": "system", "content": "x"}]}, {}, 422, "no user message"),
-    ("/v1/onboard", {"model": "m", "responses": [{"question_id": "q", "label": 1}]}, {}, 401, "bearer token"),
+    ("/v1/onboard", {"model": "m", "responses": [{"question_id": "q", "label": 1}]}, {}, 401, "API key"),
     ("/v1/onboard", {"model": "m", "responses": [{"question_id": "q", "label": 1}]},
-     {"authorization": f"Bearer {TOKEN}x"}, 401, "bearer token"),
+     {"authorization": f"Bearer {TOKEN}x"}, 401, "unknown or revoked API key"),
+    ("/v1/route", {"query": "q"}, {"authorization": "Bearer jrk_00000000_forged-forged-forged"}, 401, "unknown"),
 ])
 def test_http_bad_requests_get_4xx_with_one_error_shape(service, path, body, headers, status, message):
     r = httpx.post(f"{service}{path}", json=body, headers=headers, timeout=30)
@@ -194,6 +164,20 @@ def test_http_body_cap_answers_413_before_reading(service):
     assert httpx.post(f"{service}/v1/route", json={"query": "q"}, timeout=30).status_code == 200
 
 
+def test_onboarding_without_a_key_is_401_before_its_body_is_read(service):
+    """A 40 MB onboarding body without credentials: 401 at once (not a 422 after parsing it)."""
+    def chunks():
+        yield b'{"model": "m", "responses": ['
+        for _ in range(40 * 16):
+            yield b'{"question_id": "q", "label": 1},' * 1800
+        yield b'{"question_id": "q", "label": 1}]}'
+    start = time.perf_counter()
+    r = httpx.post(f"{service}/v1/onboard", content=chunks(), headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == 401 and "API key" in r.json()["error"] and r.headers["www-authenticate"] == "Bearer"
+    assert time.perf_counter() - start < 5
+
+
 def test_onboard_promote_is_picked_up_live_and_a_bad_version_is_not(service, registry):
     reg, space, prep = registry
     auth = {"authorization": f"Bearer {TOKEN}"}
@@ -214,7 +198,7 @@ def test_onboard_promote_is_picked_up_live_and_a_bad_version_is_not(service, reg
     good = str(out["version"])
     # the router re-resolves the alias (refresh_s: 1 in this test) without a restart
     # every Router replica (two here) has it: a few answers in a row
-    assert _wait_for(lambda: all(_models(service)["data"][0]["registry_version"] == good for _ in range(4)),
+    assert wait_for(lambda: all(_models(service)["data"][0]["registry_version"] == good for _ in range(4)),
                      timeout=90)  # each replica downloads the new version from the registry
     assert "newcomer" in [m["id"] for m in _models(service)["data"]]
     routed = httpx.post(f"{service}/v1/route", json={"query": "q", "candidates": ["newcomer"]}, timeout=30)
@@ -225,8 +209,9 @@ def test_onboard_promote_is_picked_up_live_and_a_bad_version_is_not(service, reg
         time.sleep(3)
         assert _models(service)["data"][0]["registry_version"] == good
         assert httpx.post(f"{service}/v1/route", json={"query": "q"}, timeout=30).status_code == 200
-        health = httpx.get(f"{service}/health", timeout=30).json()
+        health = httpx.get(f"{service}/health", timeout=30, headers=ADMIN).json()
         assert health["status"] == "degraded" and "hashing-999" in health["registry"]["error"]
+        assert httpx.get(f"{service}/health", timeout=30).json() == {"status": "degraded"}  # no details without a key
 
 
 @contextlib.contextmanager
@@ -240,7 +225,7 @@ def broken_champion(reg, good: str, service: str):
         yield
     finally:
         reg.promote(NAME, int(good), "champion")
-        assert _wait_for(lambda: all(httpx.get(f"{service}/health", timeout=30).json()["status"] == "ok"
+        assert wait_for(lambda: all(httpx.get(f"{service}/health", timeout=30).json()["status"] == "ok"
                                      for _ in range(6)), timeout=90)
 
 
@@ -313,7 +298,7 @@ def test_killing_a_replica_under_load_fails_at_most_the_requests_in_flight(servi
             now = alive()
             states = serve.status().applications["jeirt"].deployments[deployment].replica_states
             return len(now - before) == 1 and victim not in now and states.get("RUNNING", 0) == 2
-        assert _wait_for(recovered, timeout=120), (before, alive(), serve.status().applications["jeirt"])
+        assert wait_for(recovered, timeout=120), (before, alive(), serve.status().applications["jeirt"])
         return time.monotonic() - start
 
     # the alias points at a version trained on another encoder: a new replica starts from the
@@ -338,9 +323,9 @@ def test_registry_outage_keeps_serving_reports_it_and_recovers(service, registry
     lock.execute("BEGIN EXCLUSIVE")
     try:
         def degraded():
-            h = [httpx.get(f"{service}/health", timeout=30).json() for _ in range(4)]  # both replicas
+            h = [httpx.get(f"{service}/health", timeout=30, headers=ADMIN).json() for _ in range(4)]  # both replicas
             return all(not x["registry"]["reachable"] and x["status"] == "degraded" for x in h)
-        assert _wait_for(degraded, timeout=60)
+        assert wait_for(degraded, timeout=60)
         start = time.perf_counter()
         r = httpx.post(f"{service}/v1/route", json={"query": "still there?"}, timeout=30)
         assert r.status_code == 200 and time.perf_counter() - start < 2
@@ -349,7 +334,7 @@ def test_registry_outage_keeps_serving_reports_it_and_recovers(service, registry
         lock.close()
     version = reg.register(space, NAME)
     reg.promote(NAME, version, "champion")
-    assert _wait_for(lambda: all(_models(service)["data"][0]["registry_version"] == str(version) for _ in range(4)),
+    assert wait_for(lambda: all(_models(service)["data"][0]["registry_version"] == str(version) for _ in range(4)),
                      timeout=60)
     assert all(httpx.get(f"{service}/health", timeout=30).json()["status"] == "ok" for _ in range(4))
 

@@ -5,7 +5,9 @@ It answers POST /v1/chat/completions as OpenAI's API does: a chat.completion JSO
 `"stream": true` server-sent events, one `chat.completion.chunk` per word (`--chunk-delay` apart)
 and `data: [DONE]`. The text names the server and echoes the last user message, so a test can
 tell who answered. `--fail CODE` answers that status instead; `--delay S` waits before the
-first byte. `GET /calls` counts the completions it was asked for, and `/headers` shows the last
+first byte; `--drip S` sends a non-streamed answer in 16 pieces S seconds apart; `--pad N` adds
+N characters to every answer; a stream asked with `stream_options.include_usage` ends with a
+usage chunk, as OpenAI's does. `GET /calls` counts the completions it was asked for, and `/headers` shows the last
 request's Authorization header (to check API keys are sent)."""
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 
-def make_app(name: str, fail: int | None = None, delay: float = 0.0, chunk_delay: float = 0.0) -> FastAPI:
+def make_app(name: str, fail: int | None = None, delay: float = 0.0, chunk_delay: float = 0.0, drip: float = 0.0,
+             pad: int = 0) -> FastAPI:
     app = FastAPI()
     state = {"calls": 0, "authorization": None, "models": []}
 
@@ -43,8 +46,20 @@ def make_app(name: str, fail: int | None = None, delay: float = 0.0, chunk_delay
         if fail:
             return JSONResponse({"error": {"message": f"{name} fails with {fail}", "type": "test"}}, status_code=fail)
         last = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
-        text = f"{name} answers: {last}"
+        text = f"{name} answers: {last}" + (" " + "x" * pad if pad else "")
         created, cid = int(time.time()), f"chatcmpl-{name}-{state['calls']}"
+        usage = {"prompt_tokens": 1, "completion_tokens": len(text.split()), "total_tokens": 1}
+        if not body.get("stream") and drip:
+            whole = json.dumps({"id": cid, "object": "chat.completion", "created": created, "model": body.get("model"),
+                                "choices": [{"index": 0, "finish_reason": "stop",
+                                             "message": {"role": "assistant", "content": text}}], "usage": usage})
+
+            async def pieces():
+                step = len(whole) // 16 + 1
+                for i in range(0, len(whole), step):
+                    yield whole[i:i + step]
+                    await asyncio.sleep(drip)
+            return StreamingResponse(pieces(), media_type="application/json")
         if not body.get("stream"):
             return {"id": cid, "object": "chat.completion", "created": created, "model": body.get("model"),
                     "choices": [{"index": 0, "finish_reason": "stop",
@@ -62,7 +77,10 @@ def make_app(name: str, fail: int | None = None, delay: float = 0.0, chunk_delay
                     await asyncio.sleep(chunk_delay)
             end = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": body.get("model"),
                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-            yield f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n"
+            yield f"data: {json.dumps(end)}\n\n"
+            if (body.get("stream_options") or {}).get("include_usage"):
+                yield f"data: {json.dumps({**end, 'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
         return StreamingResponse(events(), media_type="text/event-stream")
 
     return app
@@ -121,8 +139,10 @@ def main():
     ap.add_argument("--fail", type=int, default=None)
     ap.add_argument("--delay", type=float, default=0.0)
     ap.add_argument("--chunk-delay", type=float, default=0.0)
+    ap.add_argument("--drip", type=float, default=0.0)
+    ap.add_argument("--pad", type=int, default=0)
     a = ap.parse_args()
-    uvicorn.run(make_app(a.name, a.fail, a.delay, a.chunk_delay), host="127.0.0.1", port=a.port, log_level="warning")
+    uvicorn.run(make_app(a.name, a.fail, a.delay, a.chunk_delay, a.drip, a.pad), host="127.0.0.1", port=a.port, log_level="warning")
 
 
 if __name__ == "__main__":

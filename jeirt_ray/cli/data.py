@@ -118,7 +118,8 @@ def registry_list(name: str = typer.Argument(..., help="registered model name"))
     reg = Registry()
     with expected_failures():
         rows = reg.list(name)
-    table = Table(title=f"{name} in {reg.tracking_uri}")
+    from ..core.secrets import redact
+    table = Table(title=f"{name} in {redact(str(reg.tracking_uri))}")
     for col in ("version", "aliases", "metrics", "data"):
         table.add_column(col)
     for row in rows:

@@ -12,14 +12,17 @@ import typer
 from rich.table import Table
 
 from ..core import logs
+from ..core.secrets import redact
 from ..routing.decisions import DEFAULT_TOP_K
 from .data import data_app, registry_app
+from .keys import keys_app
 from .output import console, expected_failures, results_table
 
 app = typer.Typer(help="JE-IRT for LLMs: embed LLMs and questions in one space, evaluate, route.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(data_app, name="data")
 app.add_typer(registry_app, name="registry")
+app.add_typer(keys_app, name="keys")
 
 DataOpt = typer.Option(None, "--data", help="dataset folder (long format, EmbedLLM CSVs, harness or HELM output); "
                                             "default: the embedded SYNTHETIC dataset")
@@ -128,7 +131,7 @@ def demo(out: Optional[Path] = typer.Option(None, help="output folder (default: 
     console.print(results_table(res["results"], "SYNTHETIC data, split by question (80/10/10), seed 0"))
     console.print(f"`truth` is the generator's own probabilities: no method can beat it. JE-IRT closes "
                   f"{res['closed']:.0%} of the distance from the per-LLM majority to it.\nWrote {res['out']}. Look at "
-                  f"the runs: mlflow ui --backend-store-uri {default_tracking_uri()}\nThe registered space: "
+                  f"the runs: mlflow ui --backend-store-uri {redact(default_tracking_uri())}\nThe registered space: "
                   f"jeirt registry list {name}")
 
 
@@ -163,7 +166,7 @@ def tune(config: Path = typer.Argument(..., help="a sweep YAML, e.g. tune_config
     for key, text in (("registered_version", f"registered as {sweep.register_as} version {{}}"), ("plot", "plot: {}")):
         if key in summary:
             console.print(text.format(summary[key]))
-    console.print(f"MLflow: sweep run {summary['parent_run_id']} in {default_tracking_uri()}")
+    console.print(f"MLflow: sweep run {summary['parent_run_id']} in {redact(default_tracking_uri())}")
 
 
 def _report(data, encoder, seed, out, members, costs, studies, prices=None) -> dict:
@@ -224,16 +227,21 @@ def analyze(study: str = typer.Argument(..., help="one of: routing, onboarding, 
 @app.command("serve")
 def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. deployments/local.yaml"),
               model: Optional[str] = typer.Option(None, help="override the registered model name (args.model)"),
-              port: Optional[int] = typer.Option(None, help="override the HTTP port")):
+              port: Optional[int] = typer.Option(None, help="override the HTTP port"),
+              auth: Optional[str] = typer.Option(None, "--auth", help="required: every route needs an API key (`jeirt "
+                                                 "keys create`); open: route, chat and explore need none (loopback "
+                                                 "only). Default: the config's args.auth")):
     """Start the routing and onboarding service described by a Serve config; Ctrl-C stops it."""
     from ..serving.deploy import serve_forever
     with expected_failures(prefix="cannot serve: "):
-        serve_forever(config, model, port, announce=console.print)
+        serve_forever(config, model, port, announce=console.print, auth=auth)
 
 
 @app.command()
 def route(query: str = typer.Argument(..., help="the question to route"),
           url: str = typer.Option("http://127.0.0.1:8000", help="the service's base URL"),
+          key: Optional[str] = typer.Option(None, "--key", envvar="JEIRT_API_KEY", show_default=False,
+                                            help="an API key with the route scope (default: JEIRT_API_KEY)"),
           top_k: int = typer.Option(DEFAULT_TOP_K, help="how many LLMs to show"),
           policy: Optional[str] = typer.Option(None, help="tuned (default: chosen on validation) | most_likely | "
                                                           "cost_weighted | cheapest_within_margin")):
@@ -241,7 +249,8 @@ def route(query: str = typer.Argument(..., help="the question to route"),
     import httpx
     try:
         r = httpx.post(f"{url.rstrip('/')}/v1/route", json={"query": query, "top_k": top_k,
-                                                            **({"policy": policy} if policy else {})}, timeout=60)
+                                                            **({"policy": policy} if policy else {})}, timeout=60,
+                       headers={"Authorization": f"Bearer {key}"} if key else None)
     except httpx.HTTPError as e:
         console.print(f"[red]cannot reach {url}: {e}[/red] (start it with: jeirt serve deployments/local.yaml)")
         raise typer.Exit(1)
@@ -281,7 +290,7 @@ def mlflow_ui(port: int = typer.Option(5000)):
     import sys
 
     from ..tracking.registry import default_tracking_uri
-    console.print(f"MLflow UI for {default_tracking_uri()} at http://127.0.0.1:{port}")
+    console.print(f"MLflow UI for {redact(default_tracking_uri())} at http://127.0.0.1:{port}")
     raise typer.Exit(subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
                                       default_tracking_uri(), "--host", "127.0.0.1", "--port", str(port)]))
 

@@ -58,7 +58,7 @@ class CoreSpace:
     def member_probs(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
         """(members, n, n_models) probabilities for encoder embeddings x."""
         x = torch.as_tensor(np.asarray(x), dtype=torch.float32)
-        return np.stack([torch.sigmoid(mod.eval().score_all(x)).numpy() for mod in self.members])
+        return np.stack([torch.sigmoid(_evaluating(mod).score_all(x)).numpy() for mod in self.members])
 
     def predict_proba(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
         """(n, n_models) probability that each model answers each question correctly."""
@@ -153,3 +153,9 @@ def _read_texts(path: Path) -> list[str]:
         return []
     import pyarrow.parquet as pq
     return pq.read_table(path).column("text").to_pylist()
+
+
+def _evaluating(module: torch.nn.Module) -> torch.nn.Module:
+    """The module in eval mode; switched only when it is not (eval() walks every submodule: a
+    third of a routed query's time when called on each)."""
+    return module.eval() if module.training else module

@@ -43,7 +43,8 @@ class NotFound(RequestError):
 
 
 class Conflict(RequestError):
-    """The request needs something that is not configured (e.g. a cost table)."""
+    """The request needs something that is not configured (e.g. a cost table), or a parameter
+    that its choices call for (a policy's target), or gives one thing twice, differently."""
     status = 409
 
 
@@ -194,11 +195,13 @@ class SpaceRouter:
         if (policy in COST_POLICIES or budget is not None) and not self.priced:
             raise Conflict(f"policy {policy!r} and budget need prices; none are configured (train with prices=, "
                            f"or set the Router's user_config.prices or costs)")
+        # a policy's missing or doubled parameter is a 409, as the schema cannot say which fields a
+        # policy needs (they may also come as headers): every schema-valid request gets a 2xx/4xx it documents
         if policy == "quality_target" and (target_p is None) == (target_share is None):
-            raise RequestError("policy 'quality_target' needs exactly one of target_p (an absolute P(correct)) or "
-                               "target_share (a share of the best LLM's p)")
+            raise Conflict("policy 'quality_target' needs exactly one of target_p (an absolute P(correct)) or "
+                           "target_share (a share of the best LLM's p)")
         if policy == "budget" and budget_per_1k is None:
-            raise RequestError("policy 'budget' needs budget_per_1k (USD per 1,000 queries)")
+            raise Conflict("policy 'budget' needs budget_per_1k (USD per 1,000 queries)")
         nearest = self.nearest(x) if self.centroids is not None else None
         cost = self.cost_matrix(x, texts, nearest)
         cand = self.candidates(candidates, budget, cost)

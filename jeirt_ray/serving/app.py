@@ -10,7 +10,9 @@ The router is the ingress rather than a separate deployment behind one: its work
 a few milliseconds, and on the reference machine every extra handle hop cost about 6 ms, a
 fifth of a query's latency (docs, "Serving"). `build_app(args)` is the import path of the
 Serve configs in deployments/ (the only place that sets replicas, autoscaling, resources and
-user_config); args and user_config are typed (settings.py). Errors, limits and auth: http.py.
+user_config); args and user_config are typed (settings.py). Errors, limits: http.py; API keys:
+access.py and keys.py. Serve serializes the deployment classes where they are defined, so what
+their methods call lives in other modules or above them in this one.
 """
 
 # no `from __future__ import annotations`: Serve's class-based FastAPI views need the request
@@ -21,22 +23,23 @@ import time
 from pathlib import Path
 
 import numpy as np
-from fastapi import Depends, Header, HTTPException, Request, Response
+from fastapi import Header, HTTPException, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
-from fastapi.security import HTTPAuthorizationCredentials
 from ray import serve
 
 from ..encoders import make_encoder
 from ..routing.decisions import PolicyName
 from ..routing.router import RequestError
-from .gateway import (AllFailed, ChatControl, Conversations, Gateway, answer_cost, decision_only,
+from .access import ACCESS_SECONDS, KEY_SCOPE, Access, admitted, secure_openapi
+from .gateway import (AllFailed, ChatControl, Conversations, Gateway, answer_cost, answer_tokens, decision_only,
                       reachable_candidates, relay, routing_headers, routing_of)
-from .http import ERRORS, TOKEN_ENV, authorize, bearer, error, make_api
-from .live import LiveSpace
+from .http import ERRORS, TOKEN_ENV, error, make_api, server_timing
+from .keys import KeyStore
+from .live import LiveSpace, RegistryUnreachable
 from .metrics import make_metrics
 from .onboarding import OnboardingService
-from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, HealthResponse, LLMsResponse, MapResponse, ModelsResponse,
-                      OnboardRequest, OnboardResponse, RouteRequest, RouteResponse)
+from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, HealthResponse, KeyResponse, LLMsResponse, MapResponse,
+                      ModelsResponse, OnboardRequest, OnboardResponse, RouteRequest, RouteResponse)
 from .settings import AppArgs, OnboarderConfig, RouterConfig
 
 STATIC = Path(__file__).with_name("static")
@@ -96,6 +99,8 @@ class Encoder:
 @serve.deployment(name="Onboarder")
 class Onboarder:
     def __init__(self, model: str, encoder_id: str, tracking_uri: str | None = None):
+        from ..tracking.registry import bound_http_retries
+        bound_http_retries()
         self.service = OnboardingService(model, encoder_id, tracking_uri)
 
     def reconfigure(self, user_config: dict) -> None:
@@ -114,17 +119,23 @@ api = make_api()
 @serve.ingress(api)
 class Router:
     def __init__(self, encoder, onboarder, model: str, encoder_id: str, tracking_uri: str | None = None,
-                 token_env: str = TOKEN_ENV, encoder_threads: int | None = None):
+                 encoder_threads: int | None = None, auth: str = "required", keys_url: str | None = None):
         """`encoder`: the Encoder deployment's handle, or an encoder spec to run in this replica
-        (one process hop less per query; the Serve config's args.encoder_placement: router)."""
+        (one process hop less per query; the Serve config's args.encoder_placement: router).
+        `auth`, `keys_url`: as settings.AppArgs."""
         import os
+
+        from ..core.secrets import redact_logs
+        from ..tracking.registry import bound_http_retries
+        redact_logs("jeirt", "ray.serve", "mlflow")
+        bound_http_retries()
         self.onboarder = onboarder
         self.encoder = encoder if not isinstance(encoder, str) else None
         self.inline = ThreadedEncoder(encoder, encoder_threads, tracking_uri) if isinstance(encoder, str) else None
         self.live = LiveSpace(model, encoder_id, tracking_uri)
-        token = os.environ.get(token_env)
-        self.token = token.encode() if token else None
-        self.token_env = token_env
+        self.access = Access(auth, KeyStore(keys_url), os.environ.get(TOKEN_ENV))
+        api.state.access = self.access  # read by the Guard middleware (access.py), before any body is read
+        secure_openapi(api, auth)
         self.explored: dict = {}  # (space label, "map" | "llms") -> the explorer's JSON for that version
         self.metrics = make_metrics()
         self.gateway = Gateway(self.metrics)  # one pooled HTTP client per replica
@@ -172,14 +183,25 @@ class Router:
             timing.update(encode=encoded - start, route=done - encoded)
         return RouteResponse(space=core.label, results=results).model_dump()
 
+    @staticmethod
+    async def _admitted(request: Request, timing: dict) -> None:
+        """Wait for the request's count against its key (access.py), timed as `admission`."""
+        start = time.perf_counter()
+        await admitted(request.scope)
+        timing["admission"] = time.perf_counter() - start
+
     # ---- HTTP ------------------------------------------------------------------------------------
     @api.post("/v1/route", response_model=RouteResponse, responses=ERRORS)
-    async def route(self, body: RouteRequest, response: Response = None) -> dict:
-        timing = {}
+    async def route(self, body: RouteRequest, request: Request = None, response: Response = None) -> dict:
+        """Route each query: the LLM its policy chooses, and every LLM's P(correct) (and expected
+        cost, where prices are set)."""
+        timing = {"access": request.scope.get(ACCESS_SECONDS, 0.0)} if request is not None else {}
         out = await self._route(body.texts, body.options(), timing)
+        if request is not None:
+            await self._admitted(request, timing)
         if response is not None:  # None when called through a handle rather than HTTP
             # where the time went, for clients and load tests (the standard Server-Timing header)
-            response.headers["Server-Timing"] = ", ".join(f"{k};dur={v * 1000:.2f}" for k, v in timing.items())
+            response.headers["Server-Timing"] = server_timing(timing)
         return out
 
     @api.post("/v1/chat/completions", response_model=None, responses=CHAT_RESPONSES)
@@ -220,10 +242,13 @@ class Router:
         # a conversation with a key is routed by its first user message (the same LLM every turn, on
         # any replica); without one, each turn by its last
         text = body.first_user_text if ctl.conversation and ctl.sticky else body.last_user_text
+        timing = {"access": request.scope.get(ACCESS_SECONDS, 0.0)} if request is not None else {}
         routed = await self._route([text], {"candidates": candidates, "policy": ctl.policy, "top_k": None,
                                             "budget": ctl.max_cost, "min_p": ctl.min_p, "target_p": ctl.target_p,
                                             "target_share": ctl.target_share, "budget_per_1k": ctl.budget_per_1k,
-                                            "ranking": max(16, 4 * config.gateway.max_tries)}, route="chat")
+                                            "ranking": max(16, 4 * config.gateway.max_tries)}, timing, route="chat")
+        if request is not None:
+            await self._admitted(request, timing)  # over a limit: 429 here, before any upstream is asked
         routing, p_of = routing_of(routed["results"][0], routed["space"], sticky)
         ranking = routing["ranking"]
         if reachable is None:  # no upstreams configured: the decision only
@@ -238,24 +263,36 @@ class Router:
             self.conversations.put(ctl.conversation, answer.llm)
         routing |= {"answered_by": answer.llm, "tried": answer.tried}
         out_headers = routing_headers(routing, answer.llm, answer.tried, p_of.get(answer.llm))
-        cost = answer_cost(core, answer.llm, (answer.body or {}).get("usage"))
-        if cost is not None:  # a streamed answer's usage comes at its end: its spend is not counted
+        timing["upstream"] = answer.first_byte_s  # to its first byte, or its whole answer when not streamed
+        out_headers["Server-Timing"] = server_timing(timing)
+        key = request.scope.get(KEY_SCOPE) if request is not None else None
+
+        async def spend(usage) -> float | None:
+            """Count an answer's cost (its usage x prices, else the cost per call) for the metric and its key."""
+            cost = answer_cost(core, answer.llm, usage)
+            if cost is not None:
+                self.metrics.spent(answer.llm, cost)
+            await self.access.record(key, answer_tokens(usage), cost or 0.0)
+            return cost
+
+        if answer.rest is not None:  # the stream's usage (if the upstream sends one) comes at its end
+            return StreamingResponse(relay(answer, config.gateway.stream_max_s, spend), media_type=answer.media_type,
+                                     headers=out_headers)
+        cost = await spend(answer.body.get("usage")) if answer.body is not None else None
+        if cost is not None:
             out_headers["x-jeirt-cost"] = f"{cost:.8g}"
             routing["cost"] = cost
-            self.metrics.spent(answer.llm, cost)
-        if answer.rest is not None:
-            return StreamingResponse(relay(answer), media_type=answer.media_type, headers=out_headers)
         if answer.body is None:  # a 4xx passed through as the upstream sent it
             return Response(answer.content, status_code=answer.status, media_type=answer.media_type,
                             headers=out_headers)
         return JSONResponse({**answer.body, "routing": routing}, headers=out_headers)
 
     @api.post("/v1/onboard", response_model=OnboardResponse, responses={
-        **ERRORS, 401: {"model": ErrorBody, "description": "missing or wrong bearer token"},
-        403: {"model": ErrorBody, "description": f"onboarding is switched off (no {TOKEN_ENV} on the service)"}})
-    async def onboard(self, body: OnboardRequest,
-                      credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> dict:
-        authorize(self.token, credentials, self.token_env, "onboarding")
+        **ERRORS, 503: {"model": ErrorBody, "description": "the registry cannot be reached (Retry-After); nothing "
+                                                             "was registered"}})
+    async def onboard(self, body: OnboardRequest) -> dict:
+        """Fit a new LLM's vector from its graded responses and register it (a key with the
+        `onboard` scope)."""
         texts = [r.text.strip(BLANK) for r in body.responses if r.text is not None]
         vectors = None
         if texts:
@@ -265,6 +302,8 @@ class Router:
             return await self.onboarder.onboard.remote(body.model_dump(), vectors)
         except Exception as e:
             cause = getattr(e, "cause", e)
+            if isinstance(cause, RegistryUnreachable):
+                raise HTTPException(503, str(cause), headers={"Retry-After": "10"})
             if isinstance(cause, RequestError):
                 raise HTTPException(cause.status, str(cause))
             if isinstance(cause, ValueError):
@@ -329,9 +368,29 @@ class Router:
         media = "text/css" if name.endswith(".css") else "text/javascript"
         return FileResponse(path, media_type=media, headers={"Cache-Control": "max-age=3600"})
 
-    @api.get("/health", response_model=HealthResponse, responses={500: ERRORS[500]})
-    async def health(self) -> dict:
-        return self.live.health()
+    @api.get("/health", response_model=HealthResponse, response_model_exclude_none=True,
+             responses={500: ERRORS[500]})
+    async def health(self, request: Request = None) -> dict:
+        """ok or degraded (serving while the registry cannot be read); the details for admin keys."""
+        health = self.live.health()
+        key = request.scope.get(KEY_SCOPE) if request is not None else None
+        return health if request is None or (key is not None and key.allows("admin")) else {"status": health["status"]}
+
+    @api.get("/v1/keys/me", response_model=KeyResponse, responses={500: ERRORS[500]})
+    async def key_me(self, request: Request) -> dict:
+        """The calling key: its scopes, limits, and what it has used this minute, day and month."""
+        key = request.scope.get(KEY_SCOPE)
+        usage = None
+        if self.access.store is not None and key.id != "admin-token":
+            usage = await asyncio.to_thread(self.access.store.usage, key)
+        remaining = None if usage is None else {
+            "requests_minute": None if key.rpm is None else max(0, key.rpm - usage["requests_minute"]),
+            "tokens_minute": None if key.tpm is None else max(0, key.tpm - usage["tokens_minute"]),
+            "usd_day": None if key.usd_per_day is None else max(0.0, key.usd_per_day - usage["usd_day"]),
+            "usd_month": None if key.usd_per_month is None else max(0.0, key.usd_per_month - usage["usd_month"])}
+        return {**key.public(), "usage": usage, "remaining": remaining}
+
+
 
 
 def build_app(args: dict):
@@ -344,6 +403,7 @@ def build_app(args: dict):
     else:
         encoder_id = make_encoder(encoder).encoder_id  # cheap: the weights load lazily
     onboarder = Onboarder.bind(cfg.model, encoder_id, uri)
+    access = {"auth": cfg.auth, "keys_url": cfg.keys_url}
     if cfg.encoder_placement == "router":
-        return Router.bind(encoder, onboarder, cfg.model, encoder_id, uri, encoder_threads=cfg.encoder_threads)
-    return Router.bind(Encoder.bind(encoder, cfg.encoder_threads, uri), onboarder, cfg.model, encoder_id, uri)
+        return Router.bind(encoder, onboarder, cfg.model, encoder_id, uri, encoder_threads=cfg.encoder_threads, **access)
+    return Router.bind(Encoder.bind(encoder, cfg.encoder_threads, uri), onboarder, cfg.model, encoder_id, uri, **access)

@@ -8,14 +8,27 @@ from pathlib import Path
 import yaml
 
 
-def load_config(path: str | Path, model: str | None = None, port: int | None = None):
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def load_config(path: str | Path, model: str | None = None, port: int | None = None, auth: str | None = None):
     """The validated Serve config (Ray's own ServeDeploySchema), with optional overrides of the
-    registered model name (every application's args.model) and the HTTP port."""
+    registered model name (every application's args.model), the HTTP port and the access mode
+    (args.auth). An open service (no keys needed) may only listen on a loopback host."""
     from ray.serve.schema import ServeDeploySchema
+    if auth not in (None, "open", "required"):
+        raise ValueError(f"--auth must be open or required, not {auth!r}")
     raw = yaml.safe_load(Path(path).read_text())
+    host = (raw.get("http_options") or {}).get("host", "127.0.0.1")
     for app in raw.get("applications", []):
         if model:
             app.setdefault("args", {})["model"] = model
+        if auth:
+            app.setdefault("args", {})["auth"] = auth
+        if (app.get("args") or {}).get("auth") == "open" and host not in LOOPBACK:
+            raise ValueError(f"{path}: application {app.get('name')!r} has args.auth: open on host {host}, where "
+                             "anyone who reaches it could spend your upstreams: serve it on 127.0.0.1, or pass "
+                             "--auth required and give clients keys (`jeirt keys create`)")
     if port is not None:
         raw.setdefault("http_options", {})["port"] = port
     try:
@@ -98,19 +111,23 @@ def deploy(config, timeout_s: float = 300) -> str:
     return f"http://{config.http_options.host}:{config.http_options.port}"
 
 
-def serve_forever(path: str | Path, model: str | None = None, port: int | None = None, announce=print) -> None:
+def serve_forever(path: str | Path, model: str | None = None, port: int | None = None, announce=print,
+                  auth: str | None = None) -> None:
     """`jeirt serve`: check the config, the port and the registry before anything starts,
     deploy on Ray, and serve until SIGINT or SIGTERM."""
     import signal
     import threading
 
     from ..distributed import init_ray
-    config = load_config(path, model, port)
+    config = load_config(path, model, port, auth)
     check_port(config)
     check_registry(config)  # also creates the MLflow store here, once, before any replica starts
     init_ray()
     url = deploy(config)
-    announce(f"serving on {url} (docs: {url}/docs). Try: jeirt route \"What is 2 + 2?\" --url {url}\n"
+    keyed = any((a.args or {}).get("auth", "required") == "required" for a in config.applications)
+    access = ("every route but /health needs an API key: jeirt keys create --name me --scopes route,chat"
+              if keyed else "open: route, chat and explore need no key (this machine only)")
+    announce(f"serving on {url} (docs: {url}/docs; {access}). Try: jeirt route \"What is 2 + 2?\" --url {url}\n"
              "Ctrl-C stops the service.")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

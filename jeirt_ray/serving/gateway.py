@@ -161,17 +161,28 @@ class Gateway:
                        stream: bool) -> Answer:
         """Ask the LLMs' upstreams in order until one answers: at most `config.max_tries` asked,
         upstreams that failed lately last, and an upstream (URL) that failed in this request not
-        asked again for another LLM it serves."""
+        asked again for another LLM it serves; each try within `try_deadline_s`, all of them
+        within `request_deadline_s`."""
+        import asyncio
         tried: list[dict] = []
         failed: set[str] = set()
+        deadline = time.monotonic() + config.request_deadline_s
         for llm, upstream in self.order(tries):
             if len(tried) >= config.max_tries:
                 break
             if upstream.url in failed:
                 continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                tried.append({"model": llm, "error": f"not tried: the request's deadline "
+                                                     f"({config.request_deadline_s:g} s) passed"})
+                break
             try:
-                answer = await self._ask(llm, upstream, payload, config, stream)
-            except Retryable as e:
+                async with asyncio.timeout(min(config.try_deadline_s, left)):
+                    answer = await self._ask(llm, upstream, payload, config, stream)
+            except (Retryable, TimeoutError) as e:
+                if isinstance(e, TimeoutError):
+                    e = Retryable("deadline", f"no whole answer within the deadline ({min(config.try_deadline_s, left):.3g} s)")
                 log.warning("upstream of %s failed (%s): %s", llm, e.kind, e)
                 self.metrics.fell_back(llm, e.kind)
                 tried.append({"model": llm, "error": str(e)})
@@ -184,6 +195,8 @@ class Gateway:
         raise AllFailed(tried)
 
     async def _ask(self, llm: str, up: Upstream, payload: dict, config: GatewayConfig, stream: bool) -> Answer:
+        """One try. What a failure says names neither the upstream's URL (it may carry
+        credentials) nor its answer's body (it may echo them): the kind, the status, the error type."""
         import httpx
         headers = {"accept": "text/event-stream" if stream else "application/json"}
         if up.api_key_env:
@@ -202,14 +215,14 @@ class Gateway:
         except httpx.TimeoutException as e:
             raise Retryable("timeout", f"no answer within the timeout ({type(e).__name__})") from None
         except httpx.TransportError as e:
-            raise Retryable("connect", f"cannot reach {up.url} ({type(e).__name__}: {e})"[:300]) from None
+            raise Retryable("connect", f"cannot reach the upstream ({type(e).__name__})") from None
         media = response.headers.get("content-type", "application/json").split(";")[0].strip()
         try:
             if response.status_code >= 500 or response.status_code in (408, 429):  # down, overloaded, rate-limited
-                text = (await response.aread())[:200].decode(errors="replace")
-                raise Retryable(f"http_{response.status_code}", f"answered {response.status_code}: {text}")
+                raise Retryable(f"http_{response.status_code}", f"answered {response.status_code}")
             if response.status_code >= 400:  # the client's own fault: the next LLM would refuse it too
-                return Answer(llm, status=response.status_code, media_type=media, content=await response.aread())
+                return Answer(llm, status=response.status_code, media_type=media,
+                              content=await _read_capped(response, config.max_answer_bytes))
             if stream and media == "text/event-stream":
                 rest = response.aiter_raw()
                 first = await anext(rest, b"")  # the first byte, or the read timeout
@@ -219,7 +232,7 @@ class Gateway:
                                 first_byte_s=seconds)
                 response = None  # the stream's reader closes it
                 return answer
-            content = await response.aread()
+            content = await _read_capped(response, config.max_answer_bytes)
             self.metrics.first_byte(llm, time.perf_counter() - start)
         except httpx.TimeoutException as e:
             raise Retryable("timeout", f"no answer within the timeout ({type(e).__name__})") from None
@@ -233,26 +246,61 @@ class Gateway:
             if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
                 raise ValueError("no choices")
         except ValueError as e:
-            raise Retryable("bad_answer", f"did not answer a chat completion ({e})"[:300]) from None
+            raise Retryable("bad_answer", f"did not answer a chat completion ({type(e).__name__})") from None
         return Answer(llm, body=body, first_byte_s=time.perf_counter() - start)
 
 
-async def relay(answer: Answer) -> AsyncIterator[bytes]:
+async def _read_capped(response, cap: int) -> bytes:
+    content = bytearray()
+    async for chunk in response.aiter_bytes():
+        content += chunk
+        if len(content) > cap:
+            raise Retryable("too_large", f"answered more than {cap} bytes")
+    return bytes(content)
+
+
+async def relay(answer: Answer, max_s: float, on_end=None) -> AsyncIterator[bytes]:
     """The upstream's stream as it arrives; if it breaks midway (no fallback is possible once
-    bytes went out), one last server-sent event says so, as OpenAI's API reports errors."""
+    bytes went out) or runs past `max_s`, one last server-sent event says so, as OpenAI's API
+    reports errors. `on_end(usage)`: called once the stream is over, with the `usage` of its
+    last event that has one (OpenAI's stream_options.include_usage), else None."""
+    import asyncio
+
     import httpx
+    tail = b""
     try:
         if answer.first:
+            tail = answer.first[-8192:]
             yield answer.first
-        async for chunk in answer.rest:
-            yield chunk
-    except httpx.HTTPError as e:
-        log.warning("the stream of %s broke: %s", answer.llm, e)
-        event = {"error": {"message": f"the upstream of {answer.llm} broke off the stream ({type(e).__name__})",
-                           "type": "upstream_error"}}
-        yield f"data: {json.dumps(event)}\n\n".encode()
+        async with asyncio.timeout(max_s):
+            async for chunk in answer.rest:
+                tail = (tail + chunk)[-8192:]
+                yield chunk
+    except (httpx.HTTPError, TimeoutError) as e:
+        cut = isinstance(e, TimeoutError)
+        log.warning("the stream of %s %s", answer.llm, f"ran past {max_s:g} s" if cut else f"broke: {type(e).__name__}")
+        message = (f"the answer of {answer.llm} ran past the gateway's limit of {max_s:g} s" if cut
+                   else f"the upstream of {answer.llm} broke off the stream ({type(e).__name__})")
+        yield f"data: {json.dumps({'error': {'message': message, 'type': 'upstream_error'}})}\n\n".encode()
     finally:
         await answer.close()
+        if on_end is not None:
+            await on_end(stream_usage(tail))
+
+
+def stream_usage(tail: bytes) -> dict | None:
+    """The `usage` of the last server-sent event in `tail` that carries one."""
+    for line in reversed(tail.split(b"\n")):
+        line = line.strip()
+        if not line.startswith(b"data:") or b'"usage"' not in line:
+            continue
+        try:
+            usage = json.loads(line[5:]).get("usage")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(usage, dict):
+            return usage
+    return None
 
 
 # ---- a chat request's routing: the LLMs it may ask, their order, and what the answer says of it ----
@@ -311,13 +359,29 @@ def decision_only(routing: dict) -> dict:
 
 def answer_cost(core, llm: str, usage) -> float | None:
     """USD of an upstream's answer: its `usage` (prompt_tokens, completion_tokens) x the router's
-    prices for `llm`; None without prices or usage."""
-    prices = getattr(core, "prices", None)
-    if prices is None or not isinstance(usage, dict) or llm not in core.index:
-        return None
-    try:
-        tokens_in, tokens_out = float(usage.get("prompt_tokens") or 0), float(usage.get("completion_tokens") or 0)
-    except (TypeError, ValueError):
+    prices for `llm`; else the LLM's cost per call (user_config.costs); None without either."""
+    if llm not in core.index:
         return None
     i = core.index[llm]
-    return (tokens_in * prices.input_usd_per_mtok[i] + tokens_out * prices.output_usd_per_mtok[i]) / 1e6
+    prices = getattr(core, "prices", None)
+    if prices is not None and isinstance(usage, dict):
+        tokens_in, tokens_out = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
+        return (tokens_in * prices.input_usd_per_mtok[i] + tokens_out * prices.output_usd_per_mtok[i]) / 1e6
+    costs = getattr(core, "costs", None)
+    return None if costs is None else float(costs[i])
+
+
+def answer_tokens(usage) -> int:
+    """The tokens an answer's `usage` counts (0 without one)."""
+    if not isinstance(usage, dict):
+        return 0
+    total = _tokens(usage, "total_tokens")
+    return int(total or _tokens(usage, "prompt_tokens") + _tokens(usage, "completion_tokens"))
+
+
+def _tokens(usage: dict, name: str) -> float:
+    try:
+        value = float(usage.get(name) or 0)
+    except (TypeError, ValueError):
+        return 0.0
+    return value if 0 <= value < 1e12 else 0.0  # NaN, negative or absurd counts are not counted

@@ -1,16 +1,14 @@
 """The HTTP layer around the routes: one error shape (`ErrorBody`) for every failure, request
-body limits, gzip for large answers, and bearer-token checks. No routing or registry logic."""
+body limits, gzip for large answers, and the access guard (access.py). No routing or registry logic."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .schemas import MAX_BODY_BYTES, MAX_ONBOARD_BODY_BYTES, ErrorBody
@@ -19,7 +17,8 @@ log = logging.getLogger("jeirt.serve")
 TOKEN_ENV = "JEIRT_API_TOKEN"
 ERRORS = {code: {"model": ErrorBody, "description": text} for code, text in {
     400: "the body cannot be read (not UTF-8 JSON)", 404: "a name in the request is not in the space",
-    409: "the request needs something the service has not configured", 413: "request body too large",
+    409: "the request needs something the service has not configured, a parameter that its policy calls for, "
+         "or gives one setting twice, differently", 413: "request body too large",
     422: "invalid request", 500: "the service's own fault"}.items()}
 
 
@@ -80,6 +79,11 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+def server_timing(timing: dict[str, float]) -> str:
+    """Where a request's time went (seconds), as the standard Server-Timing header says it."""
+    return ", ".join(f"{k};dur={v * 1000:.2f}" for k, v in timing.items())
+
+
 def make_api() -> FastAPI:
     """The FastAPI app with the error handlers and middleware; the routes are the Router's."""
     api = FastAPI(title="jeirt-ray", description=(
@@ -92,21 +96,7 @@ def make_api() -> FastAPI:
     api.add_middleware(BodyLimit, limits={"/v1/onboard": MAX_ONBOARD_BODY_BYTES}, default=MAX_BODY_BYTES)
     # the explorer's plotly.js (4.6 MB) and map (1.5 MB on mmlu_pro) shrink 3-4x; small answers stay as they are
     api.add_middleware(GZipMiddleware, minimum_size=64 * 1024, compresslevel=5)
+    from .access import Guard, secure_openapi
+    api.add_middleware(Guard)  # added last, so it runs first: keys are checked before a body is read
+    secure_openapi(api, "required")  # a Router replica sets its own mode
     return api
-
-
-bearer = HTTPBearer(auto_error=False, description=f"the token in the service's {TOKEN_ENV}")
-
-
-def authorize(token: bytes | None, credentials: HTTPAuthorizationCredentials | None, token_env: str,
-              feature: str) -> None:
-    """401 for a request without a bearer token, whatever the configuration (what the declared
-    security scheme says); 403 when the feature is switched off (no token configured); 401 for a
-    wrong token, compared in constant time, so the answer leaks no prefix."""
-    if credentials is None:
-        raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)",
-                            headers={"WWW-Authenticate": "Bearer"})
-    if token is None:
-        raise HTTPException(403, f"{feature} is switched off: set {token_env} on the service to enable it")
-    if not hmac.compare_digest(credentials.credentials.encode(), token):
-        raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})

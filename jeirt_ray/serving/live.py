@@ -10,11 +10,13 @@ import logging
 import threading
 import time
 
+from ..core.secrets import redact
 from ..model.space import CoreSpace
 from ..routing.router import SpaceRouter
 from .settings import RouterConfig
 
 log = logging.getLogger("jeirt.serve")
+STARTUP_WAIT_S = 300.0  # how long a starting replica waits for an unreachable registry
 
 
 class RouterCore(SpaceRouter):
@@ -47,8 +49,8 @@ class SpaceSource:
             return str(self.registry.client.get_model_version_by_alias(model, alias).version)
         except Exception as e:
             missing = getattr(e, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"  # an answer, not an outage
-            raise (LookupError if missing else RegistryUnreachable)(
-                f"cannot resolve models:/{model}@{alias} in the registry at {self.registry.tracking_uri}: {e}") from e
+            raise (LookupError if missing else RegistryUnreachable)(redact(
+                f"cannot resolve models:/{model}@{alias} in the registry at {self.registry.tracking_uri}: {e}")) from e
 
     def load(self, model: str, version: str) -> CoreSpace:
         uri = f"models:/{model}/{version}"
@@ -107,13 +109,27 @@ class LiveSpace:
         old = self.config
         self.config = config
         try:
-            self._swap(force=True)
+            self._swap(force=True) if self.core is not None else self._first_load()
         except Exception as e:
             if self.core is None:
                 self._fall_back(e)  # a replica starting (scale-up, restart) while the alias's version is bad
                 return
             self.config = old
             log.exception("new router settings rejected; still serving %s version %s", self.uri, self.version)
+
+    def _first_load(self, give_up_s: float = STARTUP_WAIT_S) -> None:
+        """The first load of a replica: while the registry cannot be reached, wait and retry
+        (1, 2, 4 ... 30 s apart), one log line each time, for at most `give_up_s`."""
+        start, pause = time.monotonic(), 1.0
+        while True:
+            try:
+                return self._swap(force=True)
+            except RegistryUnreachable as e:
+                if time.monotonic() - start + pause > give_up_s:
+                    raise
+                log.warning("the registry cannot be reached (%s); this replica retries in %.0f s", e, pause)
+                self.stopped.wait(pause)
+                pause = min(2 * pause, 30.0)
 
     def _fall_back(self, error: Exception) -> None:
         """Serve the newest registered version that loads and fits the encoder when the alias's
@@ -134,7 +150,7 @@ class LiveSpace:
             with self.lock:
                 self._serve(version, space)
                 self.source.version = version
-            self.registry_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            self.registry_error = redact(f"{type(error).__name__}: {error}".splitlines()[0])[:300]
             log.warning("%s (version %s) cannot serve (%s); serving version %s, the newest that can",
                         self.uri, bad, self.registry_error, version)
             return
@@ -163,7 +179,7 @@ class LiveSpace:
         except Exception as e:
             if self.registry_error is None:  # once per outage, not once per look-up
                 log.exception("could not look up %s; still serving version %s", self.uri, self.version)
-            self.registry_error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            self.registry_error = redact(f"{type(e).__name__}: {e}".splitlines()[0])[:300]
             self.registry_reachable = not isinstance(e, RegistryUnreachable)
 
     def current(self) -> RouterCore:

@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from ..routing.router import Conflict, NotFound
+from ..routing.router import Conflict, NotFound, RequestError
+from .live import RegistryUnreachable
 from .schemas import OnboardRequest
 
 
@@ -23,39 +24,51 @@ class OnboardingService:
         self.lock = asyncio.Lock()
 
     async def onboard(self, request: OnboardRequest, text_vectors: np.ndarray | None) -> dict:
-        """`text_vectors`: the encoder embeddings of the responses given by `text`, in order."""
-        from ..model.onboarding import onboard
-        req = request
+        """`text_vectors`: the encoder embeddings of the responses given by `text`, in order. The
+        work (registry calls included) runs in a worker thread, off the event loop. A registry
+        that cannot be reached is RegistryUnreachable (HTTP 503); the version is created last,
+        so a failure on the way leaves none behind."""
+        from ..tracking.registry import unreachable
         async with self.lock:
-            servable = [v for v in self.registry.versions(self.model)  # newest first
-                        if v["tags"].get("encoder_id", self.encoder_id) == self.encoder_id]
-            if not servable:
-                raise Conflict(f"no version of {self.model} was trained on this service's encoder {self.encoder_id!r}")
-            latest = servable[0]["version"]
-            space = self.registry.load(f"models:/{self.model}/{latest}")
-            if space.question_embeddings is None:
-                raise Conflict(f"version {latest} of {self.model} stores no question embeddings; onboard "
-                               f"by 'text' or retrain it with this version of jeirt")
-            pos = {q: i for i, q in enumerate(space.question_ids)}
-            ids = [r.question_id for r in req.responses if r.question_id is not None]
-            unknown = [q for q in ids if q not in pos]
-            if unknown:
-                raise NotFound(f"{len(unknown)} unknown question_id(s), e.g. {unknown[:5]}: GET the space's "
-                               f"question ids from the registry, or onboard by 'text'")
-            texts = iter(text_vectors if text_vectors is not None else ())
-            rows = [space.question_embeddings[pos[r.question_id]] if r.question_id is not None else next(texts)
-                    for r in req.responses]
-            answered = set(ids)
-            unanswered = [q for q in space.question_ids if q not in answered]
-            cand_rows = np.array([pos[q] for q in unanswered], dtype=int)
-            result = await asyncio.to_thread(
-                onboard, space, req.model, np.stack(rows), np.array([r.label for r in req.responses]),
-                holdout=req.holdout, candidates=space.question_embeddings[cand_rows], candidate_ids=unanswered,
-                suggest=req.suggest)
-            metrics = {f"onboard.{k}": v for k, v in result.report.get("heldout", {}).items()}
-            version = self.registry.register(result.space, self.model, metrics)
-            if req.promote:
-                self.registry.promote(self.model, version, self.alias)
+            try:
+                return await asyncio.to_thread(self._onboard, request, text_vectors)
+            except Exception as e:
+                if isinstance(e, RequestError) or not unreachable(e):
+                    raise
+                raise RegistryUnreachable(f"the registry cannot be reached ({type(e).__name__}); nothing was "
+                                          f"registered: retry shortly") from None
+
+    def _onboard(self, req: OnboardRequest, text_vectors: np.ndarray | None) -> dict:
+        from ..model.onboarding import onboard
+        servable = [v for v in self.registry.versions(self.model)  # newest first
+                    if v["tags"].get("encoder_id", self.encoder_id) == self.encoder_id]
+        if not servable:
+            raise Conflict(f"no version of {self.model} was trained on this service's encoder {self.encoder_id!r}")
+        latest = servable[0]["version"]
+        space = self.registry.load(f"models:/{self.model}/{latest}")
+        if space.question_embeddings is None:
+            raise Conflict(f"version {latest} of {self.model} stores no question embeddings; onboard "
+                           f"by 'text' or retrain it with this version of jeirt")
+        pos = {q: i for i, q in enumerate(space.question_ids)}
+        ids = [r.question_id for r in req.responses if r.question_id is not None]
+        unknown = [q for q in ids if q not in pos]
+        if unknown:
+            raise NotFound(f"{len(unknown)} unknown question_id(s), e.g. {unknown[:5]}: GET the space's "
+                           f"question ids from the registry, or onboard by 'text'")
+        texts = iter(text_vectors if text_vectors is not None else ())
+        rows = [space.question_embeddings[pos[r.question_id]] if r.question_id is not None else next(texts)
+                for r in req.responses]
+        answered = set(ids)
+        unanswered = [q for q in space.question_ids if q not in answered]
+        cand_rows = np.array([pos[q] for q in unanswered], dtype=int)
+        result = onboard(
+            space, req.model, np.stack(rows), np.array([r.label for r in req.responses]),
+            holdout=req.holdout, candidates=space.question_embeddings[cand_rows], candidate_ids=unanswered,
+            suggest=req.suggest)
+        metrics = {f"onboard.{k}": v for k, v in result.report.get("heldout", {}).items()}
+        version = self.registry.register(result.space, self.model, metrics)
+        if req.promote:
+            self.registry.promote(self.model, version, self.alias)
         report = {**result.report, "version": version, "based_on_version": latest,
                   "promoted_to": self.alias if req.promote else None}
         if "heldout" in report:  # an AUC on one class is NaN, which JSON cannot carry

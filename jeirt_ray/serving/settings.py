@@ -24,6 +24,11 @@ class AppArgs(BaseModel):
         "deployment", description="deployment: an Encoder deployment of its own (scaled apart, e.g. on GPUs); "
                                   "router: inside each Router replica (one process hop less, for one machine)")
     tracking_uri: str | None = Field(None, description="MLflow; default MLFLOW_TRACKING_URI or $JEIRT_HOME/mlflow.db")
+    auth: Literal["open", "required"] = Field(
+        "required", description="required: every route but /health and the docs needs an API key; open (loopback "
+                                "hosts only): route, chat and explore need none")
+    keys_url: str | None = Field(None, description="the API keys' database (SQLAlchemy URL); default JEIRT_KEYS_URL "
+                                                   "or SQLite at $JEIRT_HOME/keys.db")
 
 
 class Upstream(BaseModel):
@@ -50,6 +55,12 @@ class GatewayConfig(BaseModel):
                                                        "or a 5xx before the first byte")
     connect_timeout_s: float = Field(3.0, gt=0)
     read_timeout_s: float = Field(120.0, gt=0)
+    try_deadline_s: float = Field(300.0, gt=0, description="the most one upstream try may take, to its whole "
+                                                           "answer (to the first byte when streamed)")
+    request_deadline_s: float = Field(600.0, gt=0, description="the most all tries of one request may take")
+    stream_max_s: float = Field(1800.0, gt=0, description="the longest a streamed answer may run; then it is cut "
+                                                          "with an error event")
+    max_answer_bytes: int = Field(16 * 2**20, ge=1024, description="the largest non-streamed upstream answer read")
     cooldown_s: float = Field(15.0, ge=0, description="an upstream that failed is tried last for this long")
     sticky_ttl_s: float = Field(3600.0, gt=0, description="how long a conversation keeps its LLM")
     sticky_max: int = Field(100_000, ge=1, description="conversations remembered per replica")

@@ -12,16 +12,48 @@ import re
 import tempfile
 from pathlib import Path
 
+from ..core.secrets import redact
 from ..model.space import CoreSpace
 from .runs import Tracker, default_tracking_uri
 
-__all__ = ["SpaceRegistry", "default_tracking_uri"]
+__all__ = ["SpaceRegistry", "default_tracking_uri", "unreachable"]
 
 _URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
 
 
+def unreachable(error: BaseException) -> bool:
+    """Whether `error` (or what caused it) says the registry could not be reached at all (no
+    connection, a timeout, retries exhausted), rather than that it answered no."""
+    import requests
+    seen = error
+    while seen is not None:
+        if isinstance(seen, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):
+            return True
+        text = str(seen)
+        if any(s in text for s in ("Max retries exceeded", "Connection refused", "Failed to establish a new connection",
+                                   "Read timed out", "RemoteDisconnected", "could not connect to server")):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def bound_http_retries() -> None:
+    """MLflow retries a failed HTTP call 7 times with backoff (minutes in all): a service that
+    must answer 503 while the tracking server is down asks at most twice, 15 s each, unless the
+    environment says otherwise."""
+    import os
+    for name, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+                        ("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")):
+        os.environ.setdefault(name, value)
+
+
 class SpaceRegistry(Tracker):
     """Spaces as registered model versions, on the MLflow store at `tracking_uri`."""
+
+    @property
+    def where(self) -> str:
+        """The tracking URI as messages may show it: without credentials."""
+        return redact(str(self.tracking_uri))
 
     def register(self, space: CoreSpace, name: str, metrics: dict[str, float] | None = None,
                  run_id: str | None = None) -> int:
@@ -40,7 +72,10 @@ class SpaceRegistry(Tracker):
         try:
             self.client.get_registered_model(name)
         except Exception:
-            self.client.create_registered_model(name)
+            try:
+                self.client.create_registered_model(name)
+            except Exception:  # another registration created it meanwhile
+                self.client.get_registered_model(name)
         tags = {"encoder_id": space.encoder_id, "data_fingerprint": space.metadata.get("data_fingerprint", "unknown"),
                 "own_encoder": str(space.encoder_dir is not None).lower(),
                 **{f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()}}
@@ -58,7 +93,7 @@ class SpaceRegistry(Tracker):
             return self.client.get_registered_model(name)
         except MlflowException:
             fix = "run `make demo`, or " if name == "demo" else ""
-            raise LookupError(f"no registered space named {name!r} in {self.tracking_uri}: {fix}register one with "
+            raise LookupError(f"no registered space named {name!r} in {self.where}: {fix}register one with "
                               f"`jeirt train --data DIR --register {name} --promote champion`") from None
 
     def resolve(self, uri: str):
@@ -76,7 +111,7 @@ class SpaceRegistry(Tracker):
         except MlflowException:
             fix = (f"`jeirt registry promote {m['name']} VERSION --alias {m['alias']}`" if m["alias"]
                    else f"`jeirt registry list {m['name']}` shows the versions")
-            raise LookupError(f"{uri} does not resolve in {self.tracking_uri}: {fix}") from None
+            raise LookupError(f"{uri} does not resolve in {self.where}: {fix}") from None
 
     def versions(self, name: str) -> list[dict]:
         """Every version of `name`, newest first, with its aliases and metric tags."""
@@ -109,7 +144,7 @@ class SpaceRegistry(Tracker):
             return Path(self.mlflow.artifacts.download_artifacts(artifact_uri=f"{version.source}/encoder",
                                                                          tracking_uri=self.tracking_uri))
         except Exception as e:
-            raise LookupError(f"cannot download the encoder of {uri} from {self.tracking_uri}: {e}") from e
+            raise LookupError(f"cannot download the encoder of {uri} from {self.where}: {redact(str(e))}") from e
 
     def download(self, uri: str) -> Path:
         """The local folder of the space that `models:/<name>@<alias>` or `models:/<name>/<n>`
@@ -119,7 +154,7 @@ class SpaceRegistry(Tracker):
             return Path(self.mlflow.artifacts.download_artifacts(artifact_uri=version.source,
                                                                     tracking_uri=self.tracking_uri))
         except Exception as e:
-            raise LookupError(f"cannot load {uri} from the registry at {self.tracking_uri}: {e}") from e
+            raise LookupError(f"cannot load {uri} from the registry at {self.where}: {redact(str(e))}") from e
 
     def load(self, uri: str) -> CoreSpace:
         """`models:/<name>@<alias>` or `models:/<name>/<version>` -> the saved CoreSpace."""

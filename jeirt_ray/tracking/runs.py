@@ -38,12 +38,17 @@ class Tracker:
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
             return exp.experiment_id
-        if self.tracking_uri.startswith(("http://", "https://", "databricks")):
-            return self.client.create_experiment(name)  # the server decides (e.g. --serve-artifacts)
-        # a local store: an explicit artifact location (MLflow's default is ./mlruns of whatever
-        # the working directory is)
-        artifacts = (paths.home() / "mlartifacts").resolve()
-        return self.client.create_experiment(name, artifact_location=artifacts.as_uri())
+        # a server decides the artifact location (e.g. --serve-artifacts); a local store gets an
+        # explicit one (MLflow's default is ./mlruns of whatever the working directory is)
+        remote = self.tracking_uri.startswith(("http://", "https://", "databricks"))
+        location = None if remote else (paths.home() / "mlartifacts").resolve().as_uri()
+        try:
+            return self.client.create_experiment(name, artifact_location=location)
+        except Exception:  # another process created it meanwhile (two trainings starting at once)
+            exp = self.client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
 
     def new_run(self, run_name: str, parent_run_id: str | None = None, experiment: str = EXPERIMENT) -> str:
         """Create a run (nested under `parent_run_id` if given, in the parent's experiment);

@@ -34,9 +34,39 @@ class RegistryState(BaseModel):
 class HealthResponse(BaseModel):
     status: Literal["ok", "degraded"] = Field(description="'degraded': serving the loaded version while the "
                                                           "registry cannot be read")
-    space: str
-    llms: int
-    registry: RegistryState
+    space: str | None = Field(None, description="the served space (admin keys only)")
+    llms: int | None = Field(None, description="admin keys only")
+    registry: RegistryState | None = Field(None, description="admin keys only")
+
+
+class KeyUsage(BaseModel):
+    requests_minute: int
+    tokens_minute: int
+    usd_day: float
+    usd_month: float
+
+
+class KeyRemaining(BaseModel):
+    requests_minute: int | None
+    tokens_minute: int | None
+    usd_day: float | None
+    usd_month: float | None
+
+
+class KeyResponse(BaseModel):
+    """`GET /v1/keys/me`: the calling key (never the key itself). Periods are UTC calendar
+    minutes, days and months."""
+    id: str
+    name: str
+    scopes: list[str]
+    rpm: int | None
+    tpm: int | None
+    usd_per_day: float | None
+    usd_per_month: float | None
+    created: str
+    revoked: str | None
+    usage: KeyUsage | None = Field(description="null for the admin token, which has no limits")
+    remaining: KeyRemaining | None
 
 
 class RegistryVersion(BaseModel):

@@ -20,12 +20,27 @@ const plotly = new Promise((resolve, reject) => {
   document.head.append(s);
 });
 
+// A service that requires keys answers 401: ask for one once (a key with the route and explore
+// scopes), keep it for this tab only, and send it with every request
+let asking = null;
+function askForKey() {
+  asking ??= Promise.resolve(window.prompt(
+    "This service needs an API key with the route and explore scopes (jeirt keys create --scopes route,explore):"))
+    .then((key) => { if (key && key.trim()) sessionStorage.setItem("jeirt-key", key.trim()); asking = null; return !!key; });
+  return asking;
+}
+
 async function getJSON(url, body) {
-  const r = await fetch(url, body === undefined ? {} : {
-    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  const data = await r.json();
-  if (!r.ok) throw new Error(data.error || `${url} answered ${r.status}`);
-  return data;
+  for (let attempt = 0; ; attempt++) {
+    const headers = body === undefined ? {} : { "content-type": "application/json" };
+    const key = sessionStorage.getItem("jeirt-key");
+    if (key) headers.authorization = `Bearer ${key}`;
+    const r = await fetch(url, body === undefined ? { headers } : { method: "POST", headers, body: JSON.stringify(body) });
+    const data = await r.json();
+    if (r.status === 401 && attempt === 0 && await askForKey()) continue;
+    if (!r.ok) throw new Error(data.error || `${url} answered ${r.status}`);
+    return data;
+  }
 }
 
 function el(tag, attrs = {}, ...children) {

@@ -1,0 +1,314 @@
+"""API keys for the service, with scopes, budgets and rate limits, in a SQL database (SQLAlchemy):
+SQLite by default (`$JEIRT_HOME/keys.db`, nothing to start), PostgreSQL on a cluster
+(`postgresql+psycopg://...`). A plain class, testable without Serve.
+
+A key is `jrk_<id>_<secret>`; the database holds its id and the SHA-256 of the whole key (a
+256-bit random key needs no slow hash), never the key itself, which is shown once, at creation.
+
+Limits, counted in the database so that every replica sees the same numbers:
+- requests per minute: admitted by one conditional upsert (`requests < rpm`), so never more than
+  `rpm` requests in a calendar minute (UTC), however many replicas;
+- tokens per minute, USD per day and per month: checked before a request and counted after its
+  answer (the upstream's `usage`), so they can be overshot by the requests already in flight
+  when the limit is reached (at most one per concurrent request of that key).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from ..core import paths
+from ..core.secrets import redact
+
+SCOPES = ("route", "chat", "onboard", "explore", "admin")
+KEYS_URL_ENV = "JEIRT_KEYS_URL"
+PREFIX = "jrk_"
+
+_meta = sa.MetaData()
+_keys = sa.Table(
+    "jeirt_api_keys", _meta,
+    sa.Column("id", sa.String(16), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("scopes", sa.String(200), nullable=False),
+    sa.Column("rpm", sa.Integer), sa.Column("tpm", sa.Integer),
+    sa.Column("usd_per_day", sa.Float), sa.Column("usd_per_month", sa.Float),
+    sa.Column("created", sa.Float, nullable=False), sa.Column("revoked", sa.Float))
+# one row per key and period: "min:<minute since the epoch, 12 digits>", "day:<YYYY-MM-DD>",
+# "mon:<YYYY-MM>" (UTC; fixed widths, so that periods of a kind sort as strings)
+_usage = sa.Table(
+    "jeirt_key_usage", _meta,
+    sa.Column("key_id", sa.String(16), primary_key=True), sa.Column("period", sa.String(16), primary_key=True),
+    sa.Column("requests", sa.Integer, nullable=False, default=0),
+    sa.Column("tokens", sa.BigInteger, nullable=False, default=0),
+    sa.Column("usd", sa.Float, nullable=False, default=0.0))
+
+
+def default_url() -> str:
+    return os.environ.get(KEYS_URL_ENV) or f"sqlite:///{paths.home() / 'keys.db'}"
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Key:
+    """A key's public record (never the key itself)."""
+    id: str
+    name: str
+    scopes: tuple[str, ...]
+    rpm: int | None = None
+    tpm: int | None = None
+    usd_per_day: float | None = None
+    usd_per_month: float | None = None
+    created: float = 0.0
+    revoked: float | None = None
+
+    def allows(self, scope: str) -> bool:
+        return "admin" in self.scopes or scope in self.scopes
+
+    def limits(self) -> dict:
+        return {"rpm": self.rpm, "tpm": self.tpm, "usd_per_day": self.usd_per_day, "usd_per_month": self.usd_per_month}
+
+    def public(self) -> dict:
+        return {"id": self.id, "name": self.name, "scopes": list(self.scopes), **self.limits(),
+                "created": dt.datetime.fromtimestamp(self.created, dt.timezone.utc).isoformat(timespec="seconds"),
+                "revoked": None if self.revoked is None else
+                dt.datetime.fromtimestamp(self.revoked, dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+ADMIN_TOKEN_KEY = Key(id="admin-token", name="JEIRT_API_TOKEN", scopes=("admin",))
+
+
+@dataclass
+class Admission:
+    """A request's admission: `allowed`, or the limit it hit and when to retry; and the key's
+    usage as counted (this request included) for the response headers."""
+    allowed: bool
+    limit: str | None = None
+    retry_after_s: int = 0
+    usage: dict = field(default_factory=dict)
+
+
+def periods(now: float) -> dict[str, str]:
+    t = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    return {"minute": f"min:{int(now // 60):012d}", "day": f"day:{t:%Y-%m-%d}", "month": f"mon:{t:%Y-%m}"}
+
+
+def seconds_left(now: float, period: str) -> int:
+    """Seconds until the current minute, day or month (UTC) ends, at least 1."""
+    t = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    if period == "minute":
+        end = t.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+    elif period == "day":
+        end = t.replace(hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
+    else:
+        first = t.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        end = (first + dt.timedelta(days=32)).replace(day=1)
+    return max(1, int((end - t).total_seconds() + 0.999))
+
+
+def check_scopes(scopes) -> tuple[str, ...]:
+    given = [s.strip() for s in (scopes.split(",") if isinstance(scopes, str) else scopes) if s.strip()]
+    bad = [s for s in given if s not in SCOPES]
+    if bad or not given:
+        raise ValueError(f"unknown scope(s) {bad}: choose among {', '.join(SCOPES)}" if bad else
+                         f"a key needs at least one scope: {', '.join(SCOPES)}")
+    return tuple(s for s in SCOPES if s in given)
+
+
+class KeyStore:
+    """Keys and their usage in the database at `url` (default: $JEIRT_KEYS_URL, else SQLite in
+    $JEIRT_HOME). Tables are created on first use."""
+
+    def __init__(self, url: str | None = None):
+        self.url = url or default_url()
+        if self.url.startswith("sqlite:///"):
+            from pathlib import Path
+            Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine = sa.create_engine(self.url, pool_pre_ping=not self.url.startswith("sqlite"))
+        except Exception as e:  # a malformed URL or a missing driver, named without its credentials
+            raise ValueError(f"cannot open the key store {redact(self.url)}: {redact(str(e))}") from None
+        if self.engine.dialect.name == "sqlite":
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+            sa.event.listen(self.engine, "begin", _sqlite_begin)
+        self.dialect = self.engine.dialect.name
+        self._ready = False
+        self._lock = threading.Lock()
+        self.pruned = 0.0
+
+    def __repr__(self) -> str:
+        return f"KeyStore({redact(self.url)!r})"
+
+    def _begin(self):
+        if not self._ready:
+            with self._lock:
+                if not self._ready:
+                    _meta.create_all(self.engine)
+                    self._ready = True
+        return self.engine.begin()
+
+    # ---- administration --------------------------------------------------------------------------
+    def create(self, name: str, scopes, rpm: int | None = None, tpm: int | None = None,
+               usd_per_day: float | None = None, usd_per_month: float | None = None) -> tuple[Key, str]:
+        """A new key: (its record, the key itself, shown this once)."""
+        if not name or not name.strip():
+            raise ValueError("a key needs a --name (who or what uses it)")
+        for label, value in (("rpm", rpm), ("tpm", tpm), ("usd_per_day", usd_per_day), ("usd_per_month", usd_per_month)):
+            if value is not None and not value >= 0:
+                raise ValueError(f"{label} must be >= 0, not {value!r}")
+        key_id = secrets.token_hex(4)
+        secret = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+        record = Key(key_id, name.strip(), check_scopes(scopes), rpm, tpm, usd_per_day, usd_per_month, time.time())
+        with self._begin() as c:
+            c.execute(_keys.insert().values(id=record.id, name=record.name, hash=digest(secret),
+                                            scopes=",".join(record.scopes), rpm=rpm, tpm=tpm, usd_per_day=usd_per_day,
+                                            usd_per_month=usd_per_month, created=record.created))
+        return record, secret
+
+    def list(self, revoked: bool = False) -> list[Key]:
+        with self._begin() as c:
+            q = _keys.select().order_by(_keys.c.created)
+            if not revoked:
+                q = q.where(_keys.c.revoked.is_(None))
+            return [_key(r) for r in c.execute(q)]
+
+    def revoke(self, key_id_or_name: str) -> list[Key]:
+        """Revoke the key with this id, or every live key with this name; LookupError if none."""
+        now = time.time()
+        with self._begin() as c:
+            match = sa.or_(_keys.c.id == key_id_or_name, _keys.c.name == key_id_or_name)
+            rows = [_key(r) for r in c.execute(_keys.select().where(match, _keys.c.revoked.is_(None)))]
+            if not rows:
+                raise LookupError(f"no live key with id or name {key_id_or_name!r}: `jeirt keys list` shows them")
+            c.execute(_keys.update().where(_keys.c.id.in_([k.id for k in rows])).values(revoked=now))
+        return rows
+
+    # ---- the request path ------------------------------------------------------------------------
+    def verify(self, secret: str) -> Key | None:
+        """The live key this secret is, or None (unknown, malformed or revoked)."""
+        if not secret.startswith(PREFIX) or len(secret) > 200:
+            return None
+        with self._begin() as c:
+            row = c.execute(_keys.select().where(_keys.c.hash == digest(secret))).first()
+        if row is None or row.revoked is not None:
+            return None
+        return _key(row)
+
+    def admit(self, key: Key, now: float | None = None) -> Admission:
+        """Count one request of `key`, or refuse it (over a budget or the request rate) without
+        counting it."""
+        now = time.time() if now is None else now
+        per = periods(now)
+        spending = any(v is not None for v in (key.usd_per_day, key.usd_per_month, key.tpm))
+        with self._begin() as c:  # one statement (the count) for a key with only a request rate
+            used = self._usage(c, key.id, per) if spending else {}
+            for limit, period, spent in (("usd_per_day", "day", "usd_day"), ("usd_per_month", "month", "usd_month"),
+                                         ("tpm", "minute", "tokens_minute")):
+                cap = getattr(key, limit)
+                if cap is not None and used[spent] >= cap:
+                    return Admission(False, limit, seconds_left(now, period), used)
+            count = self._count(c, key.id, per["minute"], key.rpm)
+            if count is None:
+                return Admission(False, "rpm", seconds_left(now, "minute"), {**used, "requests_minute": key.rpm})
+        return Admission(True, usage={**used, "requests_minute": count})
+
+    def record(self, key_id: str, tokens: int = 0, usd: float = 0.0, now: float | None = None) -> None:
+        """Count an answer's tokens and spend against the key."""
+        if not tokens and not usd:
+            return
+        now = time.time() if now is None else now
+        with self._begin() as c:
+            for period in periods(now).values():
+                self._add(c, key_id, period, tokens=int(tokens), usd=float(usd))
+        if now - self.pruned > 60:
+            self.prune(now)
+
+    def usage(self, key: Key, now: float | None = None) -> dict:
+        with self._begin() as c:
+            return self._usage(c, key.id, periods(time.time() if now is None else now))
+
+    def prune(self, now: float | None = None) -> int:
+        """Forget minute counts older than 2 minutes and day counts older than 62 days (the
+        table stays bounded by keys x periods kept)."""
+        now = time.time() if now is None else now
+        self.pruned = now
+        oldest_minute = periods(now - 120)["minute"]
+        oldest_day = periods(now - 62 * 86400)["day"]
+        with self._begin() as c:
+            gone = c.execute(_usage.delete().where(_usage.c.period.startswith("min:"),
+                                                   _usage.c.period < oldest_minute)).rowcount
+            gone += c.execute(_usage.delete().where(_usage.c.period.startswith("day:"),
+                                                    _usage.c.period < oldest_day)).rowcount
+        return gone
+
+    # ---- SQL -------------------------------------------------------------------------------------
+    def _insert(self):
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif self.dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            raise ValueError(f"the key store supports SQLite and PostgreSQL, not {self.dialect}")
+        return insert(_usage)
+
+    def _add(self, c, key_id: str, period: str, requests: int = 0, tokens: int = 0, usd: float = 0.0) -> None:
+        stmt = self._insert().values(key_id=key_id, period=period, requests=requests, tokens=tokens, usd=usd)
+        c.execute(stmt.on_conflict_do_update(index_elements=["key_id", "period"], set_={
+            "requests": _usage.c.requests + requests, "tokens": _usage.c.tokens + tokens, "usd": _usage.c.usd + usd}))
+
+    def _count(self, c, key_id: str, period: str, rpm: int | None) -> int | None:
+        """Add one request to the minute's count unless it has reached `rpm`: the count after, or
+        None when refused. One statement, so replicas racing each other cannot both pass."""
+        if rpm is not None and rpm < 1:
+            return None
+        stmt = self._insert().values(key_id=key_id, period=period, requests=1, tokens=0, usd=0.0)
+        stmt = stmt.on_conflict_do_update(index_elements=["key_id", "period"],
+                                          set_={"requests": _usage.c.requests + 1},
+                                          where=None if rpm is None else _usage.c.requests < rpm)
+        row = c.execute(stmt.returning(_usage.c.requests)).first()
+        return None if row is None else int(row.requests)
+
+    def _usage(self, c, key_id: str, per: dict[str, str]) -> dict:
+        rows = {r.period: r for r in c.execute(_usage.select().where(_usage.c.key_id == key_id,
+                                                                     _usage.c.period.in_(list(per.values()))))}
+
+        def get(period, column):
+            row = rows.get(per[period])
+            return 0 if row is None else getattr(row, column)
+        return {"requests_minute": int(get("minute", "requests")), "tokens_minute": int(get("minute", "tokens")),
+                "usd_day": float(get("day", "usd")),
+                "usd_month": float(get("month", "usd"))}
+
+
+def _key(row) -> Key:
+    return Key(row.id, row.name, tuple(row.scopes.split(",")), row.rpm, row.tpm, row.usd_per_day, row.usd_per_month,
+               row.created, row.revoked)
+
+
+def _sqlite_pragmas(connection, _record) -> None:
+    """WAL: readers never wait for the writer; NORMAL sync: a commit costs no fsync (a crash may
+    lose the last counts, never the file); replicas writing at once wait up to 10 s. Transactions
+    begin IMMEDIATE (see _sqlite_begin), so the driver's own BEGIN is switched off."""
+    connection.isolation_level = None
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+def _sqlite_begin(connection) -> None:
+    """Take the write lock when a transaction begins: a read-then-write transaction that took it
+    later could fail at once (SQLITE_BUSY) when another process wrote in between."""
+    connection.exec_driver_sql("BEGIN IMMEDIATE")

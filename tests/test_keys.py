@@ -1,0 +1,249 @@
+"""API keys without Serve: the key store on SQLite and on a real PostgreSQL (scopes, hashing,
+limits under concurrent clients, pruning), the access checks the service's middleware makes,
+`jeirt keys`, and credentials kept out of messages."""
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from jeirt_ray.cli import app as cli
+from jeirt_ray.core.secrets import RedactingFilter, redact
+from jeirt_ray.serving.access import Access, Denied
+from jeirt_ray.serving.keys import ADMIN_TOKEN_KEY, KeyStore
+
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        return KeyStore(f"sqlite:///{tmp_path / 'keys.db'}")
+    url = request.getfixturevalue("postgres_url")
+    s = KeyStore(url)
+    with s._begin() as c:  # a clean slate: the server lives for the whole session
+        c.exec_driver_sql("DELETE FROM jeirt_key_usage")
+        c.exec_driver_sql("DELETE FROM jeirt_api_keys")
+    return s
+
+
+def test_keys_are_created_listed_revoked_and_stored_only_as_hashes(store):
+    key, secret = store.create("alice", "chat,route", rpm=60, usd_per_day=5)
+    assert secret.startswith(f"jrk_{key.id}_") and len(secret) > 40
+    assert key.scopes == ("route", "chat") and key.allows("route") and not key.allows("onboard")
+    assert store.verify(secret) == key and store.verify(secret + "x") is None and store.verify("nonsense") is None
+    with store._begin() as c:
+        rows = [tuple(r) for r in c.exec_driver_sql("SELECT * FROM jeirt_api_keys")]
+    assert rows and not any(secret in str(v) for r in rows for v in r)  # the key itself is nowhere
+    assert [k.id for k in store.list()] == [key.id]
+    assert [k.id for k in store.revoke("alice")] == [key.id]
+    assert store.verify(secret) is None and store.list() == [] and store.list(revoked=True)[0].revoked
+    with pytest.raises(LookupError, match="no live key"):
+        store.revoke("alice")
+
+
+@pytest.mark.parametrize("scopes, message", [("route,write", "unknown scope"), ("", "at least one scope")])
+def test_bad_scopes_are_refused(store, scopes, message):
+    with pytest.raises(ValueError, match=message):
+        store.create("bob", scopes)
+
+
+def test_requests_per_minute_hold_exactly_under_16_concurrent_clients(store):
+    """The conditional upsert admits exactly `rpm` in a minute, racing threads (each its own
+    connection) or not; refused requests are not counted."""
+    key, _ = store.create("busy", "route", rpm=10)
+    now = 60 * int(time.time() // 60) + 1.0  # one calendar minute for the whole test
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        allowed = list(pool.map(lambda _: store.admit(key, now).allowed, range(64)))
+    assert sum(allowed) == 10
+    refused = store.admit(key, now)
+    assert not refused.allowed and refused.limit == "rpm" and 1 <= refused.retry_after_s <= 60
+    assert store.usage(key, now)["requests_minute"] == 10
+    assert store.admit(key, now + 60).allowed  # the next minute
+
+
+def test_spend_budgets_refuse_until_the_period_ends(store):
+    key, _ = store.create("spender", "chat", usd_per_day=0.01, tpm=1000)
+    now = time.time()
+    assert store.admit(key, now).allowed
+    store.record(key.id, tokens=10, usd=0.004, now=now)
+    assert store.admit(key, now).allowed
+    store.record(key.id, tokens=10, usd=0.007, now=now)  # in flight when the budget was reached: overshoots
+    day = store.admit(key, now)
+    assert not day.allowed and day.limit == "usd_per_day" and day.retry_after_s > 0
+    assert day.usage["usd_day"] == pytest.approx(0.011)
+    key2, _ = store.create("tokens", "chat", tpm=100)
+    store.record(key2.id, tokens=150, now=now)
+    assert store.admit(key2, now).limit == "tpm"
+
+
+def test_old_counts_are_pruned(store):
+    key, _ = store.create("old", "route")
+    long_ago = time.time() - 90 * 86400
+    store.admit(key, long_ago)
+    store.record(key.id, tokens=5, usd=1.0, now=long_ago)
+    store.admit(key)
+    gone = store.prune()
+    assert gone >= 2  # the old minute and the old day; this minute's count stays
+    assert store.usage(key)["requests_minute"] == 1
+
+
+# ---- the access checks --------------------------------------------------------------------------
+
+def check(access, path, authorization=None):
+    return asyncio.run(access.check(path, authorization))
+
+
+def test_required_mode_answers_401_403_429_as_declared(tmp_path):
+    store = KeyStore(f"sqlite:///{tmp_path / 'keys.db'}")
+    router, secret = store.create("router-only", "route", rpm=2)
+    access = Access("required", store, token="admin-token-value")
+    for path in ("/v1/route", "/v1/chat/completions", "/v1/onboard", "/v1/explore/map", "/v1/keys/me"):
+        with pytest.raises(Denied) as e:
+            check(access, path)
+        assert e.value.status == 401 and e.value.headers["WWW-Authenticate"] == "Bearer"
+    with pytest.raises(Denied) as e:
+        check(access, "/v1/route", "Bearer jrk_00000000_" + "x" * 40)
+    assert e.value.status == 401 and "unknown or revoked" in str(e.value)
+    with pytest.raises(Denied) as e:
+        check(access, "/v1/chat/completions", f"Bearer {secret}")
+    assert e.value.status == 403 and "'chat' scope" in str(e.value)
+    key, admission = check(access, "/v1/route", f"Bearer {secret}")
+    assert key.id == router.id and admission.usage["requests_minute"] == 1
+    check(access, "/v1/route", f"Bearer {secret}")
+    with pytest.raises(Denied) as e:
+        check(access, "/v1/route", f"Bearer {secret}")
+    assert e.value.status == 429 and int(e.value.headers["Retry-After"]) >= 1
+    assert e.value.headers["x-ratelimit-remaining-requests"] == "0"
+    assert check(access, "/health") == (None, None)  # public
+    assert check(access, "/v1/onboard", "Bearer admin-token-value")[0] is ADMIN_TOKEN_KEY
+
+
+def test_open_mode_needs_no_key_but_checks_one_that_is_given(tmp_path):
+    store = KeyStore(f"sqlite:///{tmp_path / 'keys.db'}")
+    _, secret = store.create("limited", "route", rpm=1)
+    access = Access("open", store, token=None)
+    assert check(access, "/v1/route") == (None, None)
+    assert check(access, "/v1/chat/completions", "Bearer sk-placeholder") == (None, None)  # an SDK's placeholder
+    check(access, "/v1/route", f"Bearer {secret}")
+    with pytest.raises(Denied) as e:  # its limits still apply
+        check(access, "/v1/route", f"Bearer {secret}")
+    assert e.value.status == 429
+    with pytest.raises(Denied) as e:
+        check(access, "/v1/onboard")
+    assert e.value.status == 401
+
+
+def test_a_revoked_key_stops_working_within_the_cache_time(tmp_path):
+    store = KeyStore(f"sqlite:///{tmp_path / 'keys.db'}")
+    _, secret = store.create("soon-gone", "route")
+    access = Access("required", store, token=None, cache_ttl_s=0.3)
+    check(access, "/v1/route", f"Bearer {secret}")
+    store.revoke("soon-gone")
+    time.sleep(0.4)
+    with pytest.raises(Denied) as e:
+        check(access, "/v1/route", f"Bearer {secret}")
+    assert e.value.status == 401
+
+
+def test_an_unreachable_key_store_is_503_and_names_no_credentials(caplog):
+    access = Access("required", KeyStore("postgresql+psycopg://jeirt:PLANTED-PW@127.0.0.1:1/db"), token=None)
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(Denied) as e:
+            check(access, "/v1/route", "Bearer jrk_00000000_" + "y" * 40)
+    assert e.value.status == 503 and e.value.headers["Retry-After"]
+    assert "PLANTED-PW" not in str(e.value) and "PLANTED-PW" not in caplog.text
+
+
+# ---- jeirt keys -----------------------------------------------------------------------------------
+
+def test_cli_creates_lists_and_revokes_keys(tmp_path, monkeypatch):
+    monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
+    monkeypatch.delenv("JEIRT_KEYS_URL", raising=False)
+    runner = CliRunner()
+    out = runner.invoke(cli, ["keys", "create", "--name", "ci", "--scopes", "route,chat", "--rpm", "5",
+                              "--usd-per-day", "2.5"])
+    assert out.exit_code == 0, out.output
+    secret = out.output.strip().splitlines()[-1]
+    assert secret.startswith("jrk_") and " " not in secret
+    key = KeyStore().verify(secret)  # the default store: $JEIRT_HOME/keys.db
+    assert key.name == "ci" and key.rpm == 5 and key.usd_per_day == 2.5
+    listed = runner.invoke(cli, ["keys", "list"])
+    assert listed.exit_code == 0 and key.id in listed.output and secret not in listed.output
+    revoked = runner.invoke(cli, ["keys", "revoke", key.id])
+    assert revoked.exit_code == 0 and KeyStore().verify(secret) is None
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (["create", "--name", "x", "--scopes", "everything"], 2, "unknown scope(s) ['everything']"),
+    (["create", "--name", "x", "--scopes", "route", "--rpm", "-1"], 2, "rpm must be >= 0"),
+    (["revoke", "nobody"], 1, "no live key with id or name 'nobody'"),
+    (["list", "--db", "postgresql+psycopg://u:PLANTED-PW@127.0.0.1:1/x"], 1, "cannot be used"),
+])
+def test_cli_bad_input_is_one_line(tmp_path, monkeypatch, args, code, words):
+    monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
+    out = CliRunner().invoke(cli, ["keys", *args])
+    assert out.exit_code == code and words in out.output and "Traceback" not in out.output
+    assert "PLANTED-PW" not in out.output
+
+
+# ---- credentials out of messages -------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, secret", [
+    ("cannot reach http://user:PLANTED@mlflow:5000/api", "PLANTED"),
+    ("postgresql+psycopg://jeirt:PLANTED@db:5432/mlflow refused", "PLANTED"),
+    ("GET https://host/x?api_key=PLANTED&y=1", "PLANTED"),
+    ("header Authorization: Bearer PLANTED0123456789", "PLANTED"),
+    ("a key jrk_0123abcd_PLANTEDPLANTEDPLANTED in a message", "PLANTED"),
+])
+def test_redact_strips_credentials(text, secret):
+    assert secret not in redact(text) and "***" in redact(text)
+
+
+def test_log_records_and_their_tracebacks_are_redacted():
+    record = logging.LogRecord("jeirt.serve", logging.ERROR, __file__, 1, "could not reach %s", ("http://u:PW1@h",), None)
+    try:
+        raise ConnectionError("http://u:PW2@h refused")
+    except ConnectionError:
+        import sys
+        record.exc_info = sys.exc_info()
+    RedactingFilter().filter(record)
+    text = logging.Formatter().format(record)
+    assert "PW1" not in text and "PW2" not in text and "ConnectionError" in text
+
+
+def test_a_registry_outage_names_no_credentials(monkeypatch, caplog):
+    """A tracking URI with a password, its server down: what the live space reports (and logs)
+    names the server without the password."""
+    from jeirt_ray.serving.live import RegistryUnreachable, SpaceSource
+
+    from .conftest import free_port
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    source = SpaceSource(f"http://user:TRACK-PLANTED@127.0.0.1:{free_port()}", "hashing-384")
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(RegistryUnreachable) as e:
+            source.resolve("m", "champion")
+    assert "127.0.0.1" in str(e.value) and "TRACK-PLANTED" not in str(e.value) + caplog.text
+
+
+def test_open_mode_only_on_loopback_and_auth_required_overrides_any_config(tmp_path):
+    from pathlib import Path
+
+    import yaml
+
+    from jeirt_ray.serving.deploy import load_config
+    root = Path(__file__).resolve().parents[1] / "deployments"
+    assert load_config(root / "local.yaml").applications[0].args["auth"] == "open"
+    assert load_config(root / "local.yaml", auth="required").applications[0].args["auth"] == "required"
+    assert load_config(root / "production.yaml").applications[0].args["auth"] == "required"
+    with pytest.raises(ValueError, match="args.auth: open on host 0.0.0.0"):
+        load_config(root / "production.yaml", auth="open")
+    exposed = yaml.safe_load((root / "local.yaml").read_text())
+    exposed["http_options"]["host"] = "0.0.0.0"
+    (tmp_path / "exposed.yaml").write_text(yaml.safe_dump(exposed))
+    with pytest.raises(ValueError, match="serve it on 127.0.0.1, or pass --auth required"):
+        load_config(tmp_path / "exposed.yaml")
+    assert load_config(tmp_path / "exposed.yaml", auth="required").applications[0].args["auth"] == "required"
