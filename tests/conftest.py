@@ -143,16 +143,67 @@ def _postgres_binary(name: str) -> str | None:
     return shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
 
 
-@pytest.fixture(scope="session")
-def postgres_url():
+class PostgresServer:
     """A throwaway PostgreSQL server (Debian's package) on a free loopback port, with a password
-    (so that URLs carry credentials, as in production), fsync off; stopped and deleted after the
-    session. Yields a SQLAlchemy URL of its `postgres` database."""
-    import secrets
-    import subprocess
+    (so that URLs carry credentials, as in production), fsync off; `stop()` and `start()` again on
+    the same port and data (a restart)."""
+
+    def __init__(self, folder: Path, as_user: list[str]):
+        import secrets
+        import subprocess
+        self.folder, self.as_user = folder, as_user
+        password = f"pg-{secrets.token_hex(8)}"
+        (folder / "pw").write_text(password)
+        os.chmod(folder / "pw", 0o644)
+        subprocess.run(as_user + [_postgres_binary("initdb"), "-D", str(folder / "data"), "-U", "jeirt", "--pwfile",
+                                  str(folder / "pw"), "--auth", "scram-sha-256", "-E", "UTF8", "--no-sync"],
+                       check=True, capture_output=True)
+        self.port = free_port()
+        self.url = f"postgresql+psycopg://jeirt:{password}@127.0.0.1:{self.port}/postgres"
+        self.proc = None
+
+    def start(self, timeout: float = 30) -> None:
+        import subprocess
+
+        import sqlalchemy
+        with open(self.folder / "server.log", "ab") as log:
+            self.proc = subprocess.Popen(self.as_user + [_postgres_binary("postgres"), "-D", str(self.folder / "data"),
+                                                         "-p", str(self.port), "-h", "127.0.0.1", "-k", str(self.folder),
+                                                         "-F", "-c", "max_connections=200"],
+                                         stdout=log, stderr=subprocess.STDOUT)
+        engine = sqlalchemy.create_engine(self.url)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    with engine.connect():
+                        return
+                except sqlalchemy.exc.OperationalError:
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"PostgreSQL did not start: {(self.folder / 'server.log').read_text()[-2000:]}")
+                    time.sleep(0.2)
+        finally:
+            engine.dispose()
+
+    def stop(self) -> None:
+        """A fast shutdown (SIGINT: open sessions are cut off), as a restarting database does."""
+        import signal
+        import subprocess
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """The session's PostgreSQL server; stopped and deleted at the end."""
     import tempfile
-    initdb, postgres = _postgres_binary("initdb"), _postgres_binary("postgres")
-    if initdb is None or postgres is None:
+    if _postgres_binary("initdb") is None or _postgres_binary("postgres") is None:
         pytest.skip("PostgreSQL not found: apt-get install postgresql (.ci/run installs it)")
     folder = Path(tempfile.mkdtemp(prefix="jeirt-pg-"))
     as_postgres: list[str] = []
@@ -164,41 +215,19 @@ def postgres_url():
             pytest.skip("running as root without a postgres user to run PostgreSQL as (apt-get install postgresql)")
         os.chown(folder, pw.pw_uid, pw.pw_gid)
         as_postgres = ["runuser", "-u", "postgres", "--"]
-    password = f"pg-{secrets.token_hex(8)}"
-    (folder / "pw").write_text(password)
-    os.chmod(folder / "pw", 0o644)
-    subprocess.run(as_postgres + [initdb, "-D", str(folder / "data"), "-U", "jeirt", "--pwfile", str(folder / "pw"),
-                                  "--auth", "scram-sha-256", "-E", "UTF8", "--no-sync"],
-                   check=True, capture_output=True)
-    port = free_port()
-    log = open(folder / "server.log", "wb")
-    server = subprocess.Popen(as_postgres + [postgres, "-D", str(folder / "data"), "-p", str(port), "-h", "127.0.0.1",
-                                             "-k", str(folder), "-F", "-c", "max_connections=200"],
-                              stdout=log, stderr=subprocess.STDOUT)
-    url = f"postgresql+psycopg://jeirt:{password}@127.0.0.1:{port}/postgres"
+    server = PostgresServer(folder, as_postgres)
     try:
-        import sqlalchemy
-        engine = sqlalchemy.create_engine(url)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with engine.connect():
-                    break
-            except sqlalchemy.exc.OperationalError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"PostgreSQL did not start: {(folder / 'server.log').read_text()[-2000:]}")
-                time.sleep(0.2)
-        engine.dispose()
-        yield url
+        server.start()
+        yield server
     finally:
-        server.terminate()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+        server.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres):
+    """A SQLAlchemy URL of the session's PostgreSQL (its `postgres` database)."""
+    return postgres.url
 
 
 class TrackingServer:

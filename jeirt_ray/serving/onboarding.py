@@ -7,12 +7,15 @@ land in a version that keeps the others' models."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 
 import numpy as np
 
 from ..routing.router import Conflict, NotFound, RequestError
 from .live import RegistryUnreachable
+
+log = logging.getLogger("jeirt.serve")
 from .schemas import OnboardRequest
 
 
@@ -38,14 +41,27 @@ class OnboardingService:
                 raise RegistryUnreachable(f"the registry cannot be reached ({type(e).__name__}); nothing was "
                                           f"registered: retry shortly") from None
 
+    def _newest_loadable(self, versions: list[dict]):
+        """(space, version) of the newest of `versions` (newest first) that loads: one whose
+        stored space is broken (an upload cut off midway) is passed over, as the router does."""
+        from ..tracking.registry import unreachable
+        for row in versions:
+            try:
+                return self.registry.load(f"models:/{self.model}/{row['version']}"), row["version"]
+            except Exception as e:
+                if unreachable(e):
+                    raise
+                log.warning("version %s of %s cannot be loaded (%s); onboarding builds on an older one",
+                            row["version"], self.model, type(e).__name__)
+        raise Conflict(f"no version of {self.model} that this service can serve loads from the registry")
+
     def _onboard(self, req: OnboardRequest, text_vectors: np.ndarray | None) -> dict:
         from ..model.onboarding import onboard
         servable = [v for v in self.registry.versions(self.model)  # newest first
                     if v["tags"].get("encoder_id", self.encoder_id) == self.encoder_id]
         if not servable:
             raise Conflict(f"no version of {self.model} was trained on this service's encoder {self.encoder_id!r}")
-        latest = servable[0]["version"]
-        space = self.registry.load(f"models:/{self.model}/{latest}")
+        space, latest = self._newest_loadable(servable)
         if space.question_embeddings is None:
             raise Conflict(f"version {latest} of {self.model} stores no question embeddings; onboard "
                            f"by 'text' or retrain it with this version of jeirt")
