@@ -255,7 +255,8 @@ def route(query: str = typer.Argument(..., help="the question to route"),
         console.print(f"[red]cannot reach {url}: {e}[/red] (start it with: jeirt serve deployments/local.yaml)")
         raise typer.Exit(1)
     if r.status_code != 200:
-        console.print(f"[red]{r.status_code}: {r.text}[/red]")
+        hint = " (pass --key, or set JEIRT_API_KEY, to a key with the route scope)" if r.status_code in (401, 403) else ""
+        console.print(f"[red]{r.status_code}: {r.text}[/red]{hint}")
         raise typer.Exit(1)
     d = r.json()["results"][0]
     console.print(f"[bold]{d['chosen']}[/bold] (p_correct {d['p_correct']:.3f}; difficulty {d['difficulty']:.2f}; "

@@ -125,9 +125,10 @@ def serve_forever(path: str | Path, model: str | None = None, port: int | None =
     init_ray()
     url = deploy(config)
     keyed = any((a.args or {}).get("auth", "required") == "required" for a in config.applications)
-    access = ("every route but /health needs an API key: jeirt keys create --name me --scopes route,chat"
+    access = ("every route but /health needs an API key (jeirt keys create --name me --scopes route,chat)"
               if keyed else "open: route, chat and explore need no key (this machine only)")
-    announce(f"serving on {url} (docs: {url}/docs; {access}). Try: jeirt route \"What is 2 + 2?\" --url {url}\n"
+    key = "JEIRT_API_KEY=<key> " if keyed else ""
+    announce(f"serving on {url} (docs: {url}/docs; {access}). Try: {key}jeirt route \"What is 2 + 2?\" --url {url}\n"
              "Ctrl-C stops the service.")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
