@@ -34,7 +34,7 @@ from .access import ACCESS_SECONDS, KEY_SCOPE, Access, admitted, secure_openapi
 from .gateway import (AllFailed, ChatControl, Conversations, Gateway, answer_cost, answer_tokens, decision_only,
                       reachable_candidates, relay, routing_headers, routing_of)
 from .http import ERRORS, TOKEN_ENV, error, make_api, server_timing
-from .keys import KeyStore
+from .keys import ADMIN_TOKEN_KEY, KeyStore
 from .live import LiveSpace, RegistryUnreachable
 from .metrics import make_metrics
 from .onboarding import OnboardingService
@@ -381,7 +381,7 @@ class Router:
         """The calling key: its scopes, limits, and what it has used this minute, day and month."""
         key = request.scope.get(KEY_SCOPE)
         usage = None
-        if self.access.store is not None and key.id != "admin-token":
+        if self.access.store is not None and key is not ADMIN_TOKEN_KEY:
             usage = await asyncio.to_thread(self.access.store.usage, key)
         remaining = None if usage is None else {
             "requests_minute": None if key.rpm is None else max(0, key.rpm - usage["requests_minute"]),
