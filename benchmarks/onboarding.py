@@ -15,16 +15,31 @@ variance per coordinate as the baseline), and scored on its test-question respon
 which the joint space is scored. Also times the fit from 1,000 responses. Targets: at f = 10%
 accuracy within 1 point of joint training (mean over the held-out LLMs); with --responses, within
 1 point from 100 responses.
+
+    python benchmarks/onboarding.py --adaptive [--data DIR] [--split-seeds 0 1 2]
+        [--responses 10 25 50 100 200] [--prices FILE] --out results/onboarding_adaptive.json
+
+The issue-35 curve (jeirt_ray/analysis/onboarding_curve.py, response_curve): held-out LLMs are
+the dataset's replayable ones (outputs/<model>.jsonl.gz), its 3 strongest on the training
+questions and 3 more at random, each group left out of its own blind space. Each is onboarded
+from N answers asked adaptively (model/adaptive.py) or in random order, against joint training:
+`curve["<N>"]["adaptive"|"random"]` has gap_to_joint (points of routing accuracy below joint
+training, mean over held-out LLM x split seed), worst_gap, accuracy_mae (points between the
+predicted and the true test accuracy), cost_usd (of the N questions, at the LLM's price).
+Targets: adaptive within 1 point of joint from 50 responses, no LLM worse than 2; MAE <= 2 points
+from 50; adaptive at least as good as random at every N.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 
-from _common import dataset_path, parser, write_json
+from _common import SHARED, dataset_path, parser, write_json
 from jeirt_ray.core import paths
 from jeirt_ray.analysis.onboarding_curve import onboarding_curve
 from jeirt_ray.data import load_data
@@ -44,7 +59,16 @@ def main():
     ap.add_argument("--responses", type=int, nargs="+", help="budgets as response counts instead of fractions")
     ap.add_argument("--prior", choices=["population", "isotropic"], default="population",
                     help="onboarding's prior: the known LLMs' covariance, or one variance per coordinate (before)")
+    ap.add_argument("--adaptive", action="store_true", help="the adaptive-against-random curve (see above)")
+    ap.add_argument("--split-seeds", type=int, nargs="+", help="with --adaptive: several split seeds in one run")
+    ap.add_argument("--prices", help="price table for the cost of the questions (default ../shared/data/prices.csv)")
+    ap.add_argument("--evaluate", choices=["test", "val"], default="test",
+                    help="with --adaptive: score on the test split, or on validation (to choose a setting)")
+    ap.add_argument("--target", choices=["questions", "accuracy"], default="questions",
+                    help="with --adaptive: what the adaptive questions aim to pin down (model/adaptive.py)")
     args = ap.parse_args()
+    if args.adaptive:
+        return adaptive_main(args)
 
     data = load_data(dataset_path(args.data, "mmlu_pro"))
     prep = prepare(data, make_encoder(args.encoder), seed=args.split_seed, cache_root=paths.cache_dir())
@@ -88,6 +112,98 @@ def main():
         "fit_1000_responses_ms": {"median": float(np.median(fits) * 1000), "all": [f * 1000 for f in fits],
                                   "responses": int(len(pick)), "members": args.members,
                                   "dim": config.dim}})
+
+
+def held_out_groups(data, prep, folder, rng, strongest: int = 3, random: int = 3) -> dict[str, list[str]]:
+    """The held-out LLMs by group: those the dataset can replay, the strongest on the training
+    questions (the test split stays unread), and some more at random; each LLM in one group."""
+    outputs = folder / "outputs"
+    replay = sorted(m for m in data.models.tolist() if (outputs / f"{m}.jsonl.gz").exists()) if outputs.is_dir() else []
+    train = prep.split.question_part[data.q_idx] == 0
+    rates = np.bincount(data.m_idx[train], data.labels[train], data.n_models) / \
+        np.maximum(np.bincount(data.m_idx[train], minlength=data.n_models), 1)
+    strong = [m for m in data.models[np.argsort(-rates)].tolist() if m not in replay][:strongest]
+    rest = [m for m in data.models.tolist() if m not in replay and m not in strong]
+    groups = {"replayed": replay, "strongest": strong,
+              "random": sorted(rng.choice(rest, size=min(random, len(rest)), replace=False).tolist())}
+    return {k: v for k, v in groups.items() if v}
+
+
+def question_costs(data, folder, prices_file) -> tuple[np.ndarray | None, str]:
+    """(Q, M) USD of asking each question to each LLM: its price x (input tokens of the text +
+    its recorded answer tokens, else the default answer length); None without a price table."""
+    from jeirt_ray.routing.prices import (DEFAULT_OUTPUT_TOKENS, PriceTable, cost_matrix, read_answer_tokens,
+                                          resolve_prices, token_counter)
+    path = Path(prices_file) if prices_file else SHARED / "prices.csv"
+    if not path.exists():
+        return None, f"no price table at {path}"
+    prices = resolve_prices(data.models, PriceTable.read(path))
+    tokens_in = token_counter().count(data.texts)
+    answers = read_answer_tokens(folder, data.models, data.question_ids)
+    out = np.full((data.n_questions, data.n_models), DEFAULT_OUTPUT_TOKENS)
+    how = f"{DEFAULT_OUTPUT_TOKENS:g} answer tokens"
+    if answers is not None:
+        out = np.where(np.isnan(answers[0]), out, answers[0])
+        how = answers[1] + f", else {DEFAULT_OUTPUT_TOKENS:g}"
+    return cost_matrix(prices, tokens_in, out), f"{path.name} ({prices.summary()}); input: {token_counter().name}; answers: {how}"
+
+
+def adaptive_main(args):
+    from jeirt_ray.analysis.onboarding_curve import response_curve, summarise_curve
+    folder = dataset_path(args.data, "mmlu_pro")
+    data = load_data(folder)
+    responses = tuple(args.responses or (10, 25, 50, 100, 200))
+    seeds = args.split_seeds or [args.split_seed]
+    costs, cost_note = question_costs(data, folder, args.prices)
+    config = fixed_config("jeirt")
+    units, runs = [], []
+    for seed in seeds:
+        prep = prepare(data, make_encoder(args.encoder), seed=seed, cache_root=paths.cache_dir(), progress=False)
+        rng = np.random.default_rng(seed)
+        groups = held_out_groups(data, prep, folder, rng)
+        start = time.perf_counter()
+        joint = train_space(prep, config, members=args.members, progress=False)
+        run = {"split_seed": seed, "groups": groups, "train_seconds": {"joint": time.perf_counter() - start}}
+        for group, held in groups.items():
+            start = time.perf_counter()
+            blind_prep = dataclasses.replace(prep, split=dataclasses.replace(prep.split, heldout_models=held))
+            blind = train_space(blind_prep, config, members=args.members, progress=False)
+            run["train_seconds"][group] = time.perf_counter() - start
+            start = time.perf_counter()
+            rows = response_curve(prep, joint, blind, held, responses, costs, seed=seed, prior=args.prior,
+                                  evaluate=args.evaluate, target=args.target)
+            run.setdefault("curve_seconds", {})[group] = time.perf_counter() - start
+            for r in rows:
+                r.update(split_seed=seed, group=group)
+                n = str(min(50, max(responses)))
+                print(f"seed {seed} {group:9s} {r['model']:32s} joint {r['joint_routing_accuracy']:.4f} "
+                      f"adaptive@{n} {r['adaptive'].get(n, {}).get('routing_accuracy', float('nan')):.4f} "
+                      f"random@{n} {r['random'].get(n, {}).get('routing_accuracy', float('nan')):.4f}", flush=True)
+            units += rows
+        runs.append(run)
+    curve = summarise_curve(units, responses)
+    at = str(min(50, max(responses)))
+    a = curve[at].get("adaptive", {})
+    targets = {
+        "within_1_point_from_50": a.get("gap_to_joint", np.inf) <= 1.0,
+        "no_llm_worse_than_2_points_at_50": a.get("worst_gap", np.inf) <= 2.0,
+        "accuracy_mae_within_2_points_at_50": a.get("accuracy_mae", np.inf) <= 2.0,
+        "adaptive_not_worse_than_random_at_every_n": all(
+            c["adaptive"]["gap_to_joint"] <= c["random"]["gap_to_joint"] for c in curve.values()
+            if isinstance(c, dict) and "adaptive" in c and "random" in c),
+        "adaptive_better_at_n_le_50_interval": all(
+            c["adaptive_minus_random_gap"]["ci95"][1] < 0 for n, c in curve.items()
+            if n.isdigit() and int(n) <= 50 and "adaptive_minus_random_gap" in c)}
+    for n, c in curve.items():
+        if not n.isdigit():
+            continue
+        print(n, {h: {k: round(v, 3) if isinstance(v, float) else v for k, v in c[h].items()}
+                  for h in ("adaptive", "random") if h in c}, flush=True)
+    write_json(args.out, {"data": data.name, "split_seeds": seeds, "responses": list(responses), "prior": args.prior,
+                          "evaluate": args.evaluate, "target": args.target,
+                          "members": args.members, "config": config.model_dump(), "costs": cost_note,
+                          "curve": curve, "targets": targets, "runs": runs, "units": units}, quiet=True)
+    print(json.dumps(targets, indent=1))
 
 
 if __name__ == "__main__":

@@ -21,11 +21,13 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Space": "api.space", "Registry": "api.space",
     "ResponseData": "data", "Split": "data", "DataError": "data", "Prepared": "experiments.prepare",
-    "RouteDecision": "routing.decisions", "KeyStore": "serving.keys",
+    "RouteDecision": "routing.decisions", "KeyStore": "serving.keys", "AnswerKey": "data.answer_key",
+    "onboard_endpoint": "api.onboard_endpoint",
     "Imported": "api.jobs", "load_data": "api.jobs", "import_results": "api.jobs", "prepare": "api.jobs",
     "train": "api.jobs", "evaluate": "api.jobs", "register": "api.jobs", "demo": "api.jobs", "report": "api.jobs",
 }
 __all__ = ["Space", "Registry", "ResponseData", "Split", "DataError", "Prepared", "RouteDecision", "KeyStore", "Imported",
+           "AnswerKey", "onboard_endpoint",
            "load_data", "import_results", "prepare", "train", "evaluate", "register", "demo", "report", "__version__"]
 
 if TYPE_CHECKING:  # for type checkers and the API reference
@@ -34,6 +36,8 @@ if TYPE_CHECKING:  # for type checkers and the API reference
     from .experiments.prepare import Prepared
     from .routing.decisions import RouteDecision
     from .serving.keys import KeyStore
+    from .data.answer_key import AnswerKey
+    from .api.onboard_endpoint import onboard_endpoint
     from .api.jobs import Imported, demo, evaluate, import_results, load_data, prepare, register, report, train
 
 

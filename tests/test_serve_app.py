@@ -178,6 +178,23 @@ def test_onboarding_without_a_key_is_401_before_its_body_is_read(service):
     assert time.perf_counter() - start < 5
 
 
+def test_onboard_plan_over_http(service, registry):
+    """POST /v1/onboard/plan: needs the onboard scope; plans new questions of the served space."""
+    reg, space, prep = registry
+    ids = [str(q) for q in prep.data.question_ids[:3]]
+    body = {"model": "newcomer", "answered": [{"question_id": q, "label": 1} for q in ids], "k": 5}
+    assert httpx.post(f"{service}/v1/onboard/plan", json=body, timeout=60).status_code == 401
+    r = httpx.post(f"{service}/v1/onboard/plan", json=body, headers=ADMIN, timeout=60)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    planned = [q["question_id"] for q in out["questions"]]
+    assert len(set(planned)) == 5 and not set(planned) & set(ids) and out["answered"] == 3
+    assert 0 <= out["predicted"]["overall"]["low"] <= out["predicted"]["overall"]["high"] <= 1
+    bad = httpx.post(f"{service}/v1/onboard/plan", headers=ADMIN, timeout=60,
+                     json={**body, "answered": [{"question_id": "nope", "label": 1}]})
+    assert bad.status_code == 404 and "not questions of this space" in bad.json()["error"]
+
+
 def test_onboard_promote_is_picked_up_live_and_a_bad_version_is_not(service, registry):
     reg, space, prep = registry
     auth = {"authorization": f"Bearer {TOKEN}"}

@@ -22,7 +22,7 @@ FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
 
 def adaptive_selection(space: CoreSpace, name: str, X: np.ndarray, q_of: np.ndarray, labels: np.ndarray,
                        pool: np.ndarray, size: int, rng: np.random.Generator, rounds: int = 4,
-                       prior: str = "population") -> np.ndarray:
+                       prior: str = "population", exclude: list[str] | tuple = ()) -> np.ndarray:
     """Response indices chosen adaptively from `pool`: a random 1% (at least 5), then `rounds`
     batches of the not yet chosen questions with the highest expected information."""
     chosen = list(rng.choice(pool, size=min(size, max(5, len(pool) // 100)), replace=False))
@@ -31,7 +31,7 @@ def adaptive_selection(space: CoreSpace, name: str, X: np.ndarray, q_of: np.ndar
         if need <= 0:
             break
         rest = np.setdiff1d(pool, chosen)
-        res = onboard(space, name, X[q_of[chosen]], labels[chosen], holdout=0,
+        res = onboard(space, name, X[q_of[chosen]], labels[chosen], holdout=0, exclude=exclude,
                       candidates=X[q_of[rest]], candidate_ids=[str(i) for i in rest],
                       suggest=int(np.ceil(need / (rounds - r))), prior=prior)
         chosen += [int(q["question_id"]) for q in res.report["next_questions"]]
@@ -66,11 +66,13 @@ def onboarding_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout
         for key, size in budgets:
             pick = rng.choice(pool, size=size, replace=False)
             row["random"][key] = accuracy(onboard(blind, name, prep.X[data.q_idx[pick]], data.labels[pick],
-                                                  holdout=0, prior=prior).space)
+                                                  holdout=0, prior=prior, exclude=heldout).space)
             if adaptive and size < len(pool):
-                chosen = adaptive_selection(blind, name, prep.X, data.q_idx, data.labels, pool, size, rng, prior=prior)
+                chosen = adaptive_selection(blind, name, prep.X, data.q_idx, data.labels, pool, size, rng, prior=prior,
+                                             exclude=heldout)
                 row["adaptive"][key] = accuracy(onboard(blind, name, prep.X[data.q_idx[chosen]],
-                                                        data.labels[chosen], holdout=0, prior=prior).space)
+                                                        data.labels[chosen], holdout=0, prior=prior,
+                                                        exclude=heldout).space)
         rows.append(row)
     if not rows:
         raise ValueError("no held-out LLM has both training and test responses")
@@ -95,6 +97,189 @@ def plot_curve(result: dict, path, plt) -> None:
     ax.set_xlabel("share of the LLM's training questions used (%)")
     ax.set_ylabel("test accuracy (held-out LLMs)")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+ADAPTIVE_BATCH = 5  # questions asked between two refits of the new LLM's vector
+RANDOM_REPEATS = 3  # random orders averaged for the random baseline
+
+
+def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: list[str], responses: tuple[int, ...],
+                   question_cost: np.ndarray | None = None, seed: int = 0, prior: str = "population",
+                   evaluate: str = "test", target: str = "questions") -> list[dict]:
+    """Per held-out LLM (absent from `blind`, present in `joint`) and response count N: the LLM
+    fitted into `blind` from N of its training-split answers, asked adaptively (model/adaptive.py:
+    batches of ADAPTIVE_BATCH, the vector refitted between batches, from no answer) or in random
+    order (RANDOM_REPEATS orders, averaged), against joint training, on its test-split questions:
+
+    - `routing_accuracy`: routing the test questions by argmax P(correct) among the blind space's
+      trained LLMs plus this one, and `joint_routing_accuracy`, the joint space routing among the same LLMs;
+    - `prediction_accuracy` (and `joint_prediction_accuracy`): how well its P(correct) predicts its
+      own test answers;
+    - `accuracy_error`: |its predicted accuracy (mean P over its test questions) - its test
+      accuracy|, overall and per benchmark (`benchmark_errors`);
+    - `cost_usd`: what its N questions cost (`question_cost[q, m]`: USD of asking question q to
+      LLM m).
+
+    The adaptive reference set is every training-split question: the test split is not read for
+    any choice. `evaluate="val"` scores on the validation split instead (for choosing a setting,
+    such as the selection's `target`, model/adaptive.py)."""
+    from ..model.adaptive import belief, select
+    from ..model.onboarding import directions
+    from ..routing.outcomes import available_argmax
+
+    data = prep.data
+    part_q = prep.split.question_part
+    part = part_q[data.q_idx]
+    ref_rows = np.flatnonzero(part_q == 0)
+    reference = directions(blind, prep.X[ref_rows])
+    test_q = np.flatnonzero(part_q == {"val": 1, "test": 2}[evaluate])
+    full = np.full((data.n_questions, data.n_models), np.nan)
+    full[data.q_idx, data.m_idx] = data.labels
+    known = [n for n in blind.model_names if n not in heldout]  # the held-out LLMs' vectors were never fitted
+    blind_cols = [int(np.flatnonzero(data.models == n)[0]) for n in known]
+    p_blind = blind.predict_proba(prep.X[test_q])[:, [blind.model_names.index(n) for n in known]]
+    p_joint_all = joint.predict_proba(prep.X[test_q])
+    joint_col = {n: i for i, n in enumerate(joint.model_names)}
+    test_dirs = directions(blind, prep.X[test_q])
+    rng = np.random.default_rng(seed)
+    top = max(responses)
+    rows = []
+    for name in heldout:
+        m = int(np.flatnonzero(data.models == name)[0])
+        pool = np.flatnonzero((part == 0) & (data.m_idx == m))  # response rows
+        seen = ~np.isnan(full[test_q, m])
+        if len(pool) == 0 or not seen.any():
+            continue
+        cols = blind_cols + [m]
+        labels = full[test_q][:, cols]
+        avail = ~np.isnan(labels)
+        p_joint = p_joint_all[:, [joint_col[n] for n in known] + [joint_col[name]]]
+        routed = labels[np.arange(len(test_q)), available_argmax(p_joint, avail)]
+        truth = full[test_q[seen], m]
+        bench = data.benchmarks[test_q[seen]]
+        row = {"model": name, "train_responses": int(len(pool)), "test_questions": int(seen.sum()),
+               "test_accuracy": float(truth.mean()),
+               "joint_routing_accuracy": float(np.nanmean(routed)),
+               "joint_prediction_accuracy": float(((p_joint_all[seen, joint_col[name]] > 0.5) == (truth > 0.5)).mean()),
+               "joint_accuracy_error": abs(float(p_joint_all[seen, joint_col[name]].mean() - truth.mean())) * 100,
+               "adaptive": {}, "random": {}}
+
+        def score(fits) -> dict:
+            p_new = np.mean([1 / (1 + np.exp(-(u @ f.theta - n))) for (u, n), f in zip(test_dirs, fits)], axis=0)
+            choice = available_argmax(np.column_stack([p_blind, p_new]), avail)
+            errors = {b: abs(float(p_new[seen][bench == b].mean() - truth[bench == b].mean())) * 100
+                      for b in dict.fromkeys(bench.tolist())}
+            return {"routing_accuracy": float(np.nanmean(labels[np.arange(len(test_q)), choice])),
+                    "prediction_accuracy": float(((p_new[seen] > 0.5) == (truth > 0.5)).mean()),
+                    "accuracy_error": abs(float(p_new[seen].mean() - truth.mean())) * 100,
+                    "benchmark_errors": errors}
+
+        def cost(rows_asked) -> float | None:
+            return None if question_cost is None else float(question_cost[data.q_idx[rows_asked], m].sum())
+
+        pool_dirs = directions(blind, prep.X[data.q_idx[pool]])
+        asked: list[int] = []  # positions in pool
+        free = np.ones(len(pool), dtype=bool)
+        fits = belief(blind, name, None, None, prior, exclude=heldout)
+        while len(asked) < min(top, len(pool)):
+            cand = np.flatnonzero(free)
+            picked, _ = select([(u[cand], n[cand]) for u, n in pool_dirs], reference, fits,
+                               min(ADAPTIVE_BATCH, top - len(asked)), target=target)
+            asked += cand[picked].tolist()
+            free[cand[picked]] = False
+            rows_asked = pool[asked]
+            fits = belief(blind, name, prep.X[data.q_idx[rows_asked]], data.labels[rows_asked], prior,
+                              exclude=heldout)
+            if len(asked) in responses:
+                row["adaptive"][str(len(asked))] = {**score(fits), "cost_usd": cost(rows_asked)}
+        orders = [rng.permutation(len(pool)) for _ in range(RANDOM_REPEATS)]
+        for n_resp in responses:
+            if n_resp > len(pool):
+                continue
+            runs = []
+            for order in orders:
+                rows_asked = pool[order[:n_resp]]
+                fits = belief(blind, name, prep.X[data.q_idx[rows_asked]], data.labels[rows_asked], prior,
+                              exclude=heldout)
+                runs.append({**score(fits), "cost_usd": cost(rows_asked)})
+            row["random"][str(n_resp)] = _mean_runs(runs)
+        rows.append(row)
+    return rows
+
+
+def _mean_runs(runs: list[dict]) -> dict:
+    out = {}
+    for k, v in runs[0].items():
+        if isinstance(v, dict):
+            out[k] = {b: float(np.mean([r[k][b] for r in runs])) for b in v}
+        else:
+            out[k] = None if v is None else float(np.mean([r[k] for r in runs]))
+    return out
+
+
+def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0) -> dict:
+    """The curve over held-out LLM x split seed units (rows of response_curve, each with a
+    `split_seed`): per N and strategy, `gap_to_joint` (points of routing accuracy below joint
+    training, mean over units), `worst_gap` (the worst held-out LLM, its mean over split seeds),
+    `worst_unit_gap`, `prediction_gap` (points of prediction accuracy below joint), `accuracy_mae`
+    and `benchmark_mae` (points), `cost_usd` (mean per LLM); `joint_accuracy_mae`, the joint
+    space's own error on the accuracies (a floor for accuracy_mae, the same at every N); and per N the paired difference
+    adaptive - random in gap (negative: adaptive is closer to joint) with a 95% bootstrap
+    interval over units."""
+    rng = np.random.default_rng(seed)
+    curve = {}
+    for n in responses:
+        key, entry = str(n), {}
+        for how in ("adaptive", "random"):
+            have = [u for u in units if key in u[how]]
+            if not have:
+                continue
+            gap = np.array([(u["joint_routing_accuracy"] - u[how][key]["routing_accuracy"]) * 100 for u in have])
+            per_llm: dict[str, list[float]] = {}
+            for u, g in zip(have, gap):
+                per_llm.setdefault(u["model"], []).append(float(g))
+            costs = [u[how][key]["cost_usd"] for u in have if u[how][key]["cost_usd"] is not None]
+            entry[how] = {
+                "gap_to_joint": float(gap.mean()), "worst_gap": max(float(np.mean(v)) for v in per_llm.values()),
+                "worst_unit_gap": float(gap.max()),
+                "prediction_gap": float(np.mean([(u["joint_prediction_accuracy"] - u[how][key]["prediction_accuracy"])
+                                                 * 100 for u in have])),
+                "accuracy_mae": float(np.mean([u[how][key]["accuracy_error"] for u in have])),
+                "benchmark_mae": float(np.mean([e for u in have for e in u[how][key]["benchmark_errors"].values()])),
+                "cost_usd": float(np.mean(costs)) if costs else None, "units": len(have),
+                "joint_accuracy_mae": float(np.mean([u["joint_accuracy_error"] for u in have]))}
+        paired = [u for u in units if key in u["adaptive"] and key in u["random"]]
+        if paired:
+            for metric, of in (("gap", lambda r: -r["routing_accuracy"] * 100), ("accuracy_error", lambda r: r["accuracy_error"])):
+                d = np.array([of(u["adaptive"][key]) - of(u["random"][key]) for u in paired])
+                boots = d[rng.integers(0, len(d), size=(4000, len(d)))].mean(1)
+                entry[f"adaptive_minus_random_{metric}"] = {
+                    "mean": float(d.mean()), "ci95": [float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))]}
+        curve[key] = entry
+    return curve
+
+
+def plot_response_curve(curve: dict, path, plt, title: str = "") -> None:
+    """Two panels over N: points below joint training (routing accuracy) and the accuracy MAE."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    ns = [int(k) for k in curve]
+    for how, style in (("adaptive", "s-"), ("random", "o--")):
+        for ax, metric in zip(axes, ("gap_to_joint", "accuracy_mae")):
+            ys = [curve[str(n)].get(how, {}).get(metric, np.nan) for n in ns]
+            ax.plot(ns, ys, style, label=f"{how} questions")
+    axes[0].axhline(0, color="k", lw=1, ls=":")
+    axes[0].set_ylabel("routing accuracy below joint training (points)")
+    axes[1].set_ylabel("|predicted - true accuracy| (points)")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("responses of the new LLM (N)")
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -167,6 +167,16 @@ class Space(CoreSpace):
         x = np.stack([self.question_embeddings[pos[q]] if q in pos else next(vectors) for q in questions])
         return Space.from_core(onboard(self, name, x, labels, holdout=holdout, seed=seed).space)
 
+    def plan(self, name: str, answered: dict[str, float] | None = None, k: int = 10, *, adaptive: bool = True,
+             benchmarks: Sequence[str] | None = None, target_width: float = 0.04) -> dict:
+        """The next `k` of the space's questions to ask a new LLM `name`, given its graded answers
+        so far ({question id: label in [0, 1]}), as `POST /v1/onboard/plan` answers: `questions`
+        (question_id, benchmark, gain), `predicted` (its accuracy overall and per benchmark, with
+        90% intervals), `interval_width` and `stop` (narrower than `target_width`: ask no more)."""
+        from ..model.adaptive import plan
+        return plan(self, name, dict(answered or {}), k, strategy="adaptive" if adaptive else "random",
+                    benchmarks=list(benchmarks) if benchmarks else None, target_width=target_width).to_dict()
+
 
 PricesLike = Union[str, Path, PriceTable, None]
 

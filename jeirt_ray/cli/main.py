@@ -16,6 +16,7 @@ from ..core.secrets import redact
 from ..routing.decisions import DEFAULT_TOP_K
 from .data import data_app, registry_app
 from .keys import keys_app
+from .onboard import onboard_app
 from .output import console, expected_failures, results_table
 
 app = typer.Typer(help="JE-IRT for LLMs: embed LLMs and questions in one space, evaluate, route.",
@@ -23,6 +24,7 @@ app = typer.Typer(help="JE-IRT for LLMs: embed LLMs and questions in one space, 
 app.add_typer(data_app, name="data")
 app.add_typer(registry_app, name="registry")
 app.add_typer(keys_app, name="keys")
+app.add_typer(onboard_app, name="onboard")
 
 DataOpt = typer.Option(None, "--data", help="dataset folder (long format, EmbedLLM CSVs, harness or HELM output); "
                                             "default: the embedded SYNTHETIC dataset")

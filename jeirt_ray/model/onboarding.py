@@ -64,7 +64,8 @@ def population_prior(table: np.ndarray) -> tuple[np.ndarray, float | np.ndarray]
     return table.mean(0), cov + np.eye(table.shape[1]) * float(np.trace(cov) / table.shape[1])
 
 
-def _directions(space: CoreSpace, x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+def directions(space: CoreSpace, x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per member, the unit directions u (n, d) and norms (n,) of the questions with embeddings x."""
     out = []
     for i in range(len(space.members)):
         e = space.question_vectors(x, member=i).astype(np.float64)
@@ -91,13 +92,14 @@ class Onboarded:
 
 def onboard(space: CoreSpace, name: str, x: np.ndarray, labels: np.ndarray, *, holdout: float = 0.2,
             seed: int = 0, candidates: np.ndarray | None = None, candidate_ids: list[str] | None = None,
-            suggest: int = 10, prior: str = "population") -> Onboarded:
+            suggest: int = 10, prior: str = "population", exclude: list[str] | tuple = ()) -> Onboarded:
     """Fit LLM `name` from its labels on questions with encoder embeddings `x`.
 
     A seeded `holdout` share of the responses is held back to measure the fit (then the final
     vector is refitted on all of them). `candidates` (embeddings of questions the LLM has not
     answered, ids in `candidate_ids`) are ranked by expected information, the top `suggest`
-    returned. `prior`: "population" (`population_prior`) or "isotropic" (`isotropic_prior`)."""
+    returned. `prior`: "population" (`population_prior`) or "isotropic" (`isotropic_prior`), built
+    from the space's other LLMs less those in `exclude` (LLMs held out of training: never fitted)."""
     import time
 
     if prior not in PRIORS:
@@ -105,8 +107,9 @@ def onboard(space: CoreSpace, name: str, x: np.ndarray, labels: np.ndarray, *, h
     labels = np.asarray(labels, dtype=np.float64)
     if len(labels) == 0:
         raise ValueError("no responses to fit")
-    known = [i for i, m in enumerate(space.model_names) if m != name] or list(range(len(space.model_names)))
-    dirs = _directions(space, x)
+    known = [i for i, m in enumerate(space.model_names) if m != name and m not in exclude] \
+        or list(range(len(space.model_names)))
+    dirs = directions(space, x)
     priors = []
     for i in range(len(space.members)):
         priors.append(PRIORS[prior](space.model_vectors(i)[known]))
@@ -124,7 +127,7 @@ def onboard(space: CoreSpace, name: str, x: np.ndarray, labels: np.ndarray, *, h
     report["newton_iterations"] = [f.iterations for f in fits]
     if candidates is not None and len(candidates):
         info = np.zeros(len(candidates))
-        for (u, n), f in zip(_directions(space, candidates), fits):
+        for (u, n), f in zip(directions(space, candidates), fits):
             p = 1 / (1 + np.exp(-(u @ f.theta - n)))
             # Fisher information of a new answer: p(1-p) times the posterior variance of its logit
             info += p * (1 - p) * ((u @ f.cov) * u).sum(1)  # u_i' cov u_i, via one matrix product

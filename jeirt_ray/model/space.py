@@ -94,6 +94,18 @@ class CoreSpace:
             members.append(new.eval())
         return dataclasses.replace(self, members=members, model_names=names, metadata=copy.deepcopy(self.metadata))
 
+    def without_models(self, names: list[str]) -> "CoreSpace":
+        """A copy without the LLMs `names` (e.g. held out of training: their vectors were never
+        fitted). The routing policy's arrays, fitted with every LLM, are not kept."""
+        keep = [i for i, n in enumerate(self.model_names) if n not in names]
+        members = []
+        for mod in self.members:
+            new = copy.deepcopy(mod)
+            new.models = torch.nn.Embedding.from_pretrained(mod.models.weight.detach()[keep].clone(), freeze=False)
+            members.append(new.eval())
+        return dataclasses.replace(self, members=members, model_names=[self.model_names[i] for i in keep], routing={},
+                                   metadata=copy.deepcopy(self.metadata))
+
     # ---- persistence ---------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
         d = Path(directory)

@@ -27,6 +27,7 @@ from .keys import ADMIN_TOKEN_KEY, PREFIX, Admission, Key, KeyStore, digest
 
 log = logging.getLogger("jeirt.serve")
 SCOPE_OF = {"/v1/route": "route", "/v1/models": "route", "/v1/chat/completions": "chat", "/v1/onboard": "onboard",
+            "/v1/onboard/plan": "onboard",
             "/v1/explore/map": "explore", "/v1/explore/llms": "explore", "/v1/keys/me": "any"}
 OPEN_SCOPES = {"route", "chat", "explore"}  # need no key in open mode
 KEY_SCOPE = "jeirt.key"  # where a request's verified key waits for its handler (the ASGI scope)

@@ -39,7 +39,8 @@ from .live import LiveSpace, RegistryUnreachable
 from .metrics import make_metrics
 from .onboarding import OnboardingService
 from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, HealthResponse, KeyResponse, LLMsResponse, MapResponse,
-                      ModelsResponse, OnboardRequest, OnboardResponse, RouteRequest, RouteResponse)
+                      ModelsResponse, OnboardRequest, OnboardResponse, PlanRequest, PlanResponse, RouteRequest,
+                      RouteResponse)
 from .settings import AppArgs, OnboarderConfig, RouterConfig
 
 STATIC = Path(__file__).with_name("static")
@@ -309,6 +310,24 @@ class Router:
             if isinstance(cause, ValueError):
                 raise HTTPException(422, str(cause))
             raise
+
+    @api.post("/v1/onboard/plan", response_model=PlanResponse, responses={
+        **ERRORS, 404: {"model": ErrorBody, "description": "an answered question or a benchmark that the space "
+                                                             "does not have"}})
+    async def onboard_plan(self, body: PlanRequest) -> dict:
+        """The next questions of the served space to ask a new LLM, from its graded answers so far,
+        and its predicted accuracy per benchmark with intervals (a key with the `onboard` scope)."""
+        from ..model.adaptive import plan
+        core = self.live.current()
+        try:
+            result = await asyncio.to_thread(
+                plan, core.space, body.model, {a.question_id: a.label for a in body.answered}, body.k,
+                strategy=body.strategy, benchmarks=body.benchmarks, target_width=body.target_width)
+        except KeyError as e:
+            raise HTTPException(404, str(e.args[0]))
+        except (ValueError, TypeError) as e:  # no stored questions; not a JE-IRT space
+            raise HTTPException(409, f"the served space cannot plan onboarding: {e}")
+        return {"space": core.label, **result.to_dict()}
 
     @api.get("/v1/models", response_model=ModelsResponse, responses={500: ERRORS[500]})
     async def models(self) -> dict:

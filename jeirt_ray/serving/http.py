@@ -88,12 +88,12 @@ def make_api() -> FastAPI:
     """The FastAPI app with the error handlers and middleware; the routes are the Router's."""
     api = FastAPI(title="jeirt-ray", description=(
         "Route queries to the LLM most likely to answer them; onboard LLMs. Every error answer is an "
-        f"`ErrorBody`. Request bodies over {MAX_BODY_BYTES} bytes ({MAX_ONBOARD_BODY_BYTES} for /v1/onboard) "
+        f"`ErrorBody`. Request bodies over {MAX_BODY_BYTES} bytes ({MAX_ONBOARD_BODY_BYTES} for /v1/onboard and /v1/onboard/plan) "
         "are refused with 413."))
     api.add_exception_handler(RequestValidationError, _invalid)
     api.add_exception_handler(StarletteHTTPException, _http_error)
     api.add_exception_handler(Exception, _fault)
-    api.add_middleware(BodyLimit, limits={"/v1/onboard": MAX_ONBOARD_BODY_BYTES}, default=MAX_BODY_BYTES)
+    api.add_middleware(BodyLimit, limits={"/v1/onboard": MAX_ONBOARD_BODY_BYTES, "/v1/onboard/plan": MAX_ONBOARD_BODY_BYTES}, default=MAX_BODY_BYTES)
     # the explorer's plotly.js (4.6 MB) and map (1.5 MB on mmlu_pro) shrink 3-4x; small answers stay as they are
     api.add_middleware(GZipMiddleware, minimum_size=64 * 1024, compresslevel=5)
     from .access import Guard, secure_openapi

@@ -9,8 +9,8 @@ from .common import BLANK, ErrorBody, ErrorItem, MAX_BODY_BYTES, MAX_ONBOARD_BOD
 from ...routing.decisions import ModelScore, RouteDecision
 from .route import RouteRequest, RouteResponse
 from .chat import CHAT_RESPONSES, CONTROL_FIELDS, ChatMessage, ChatRequest, ChatResponse, ROUTING_HEADERS, USER_MESSAGE, UpstreamError
-from .onboard import OnboardRequest, OnboardResponse, Response
+from .onboard import Answered, OnboardRequest, OnboardResponse, PlanRequest, PlanResponse, PlannedQuestion, PredictedAccuracy, Response
 from .service import HealthResponse, KeyResponse, KeyRemaining, KeyUsage, LLMsResponse, ModelCard, ModelsResponse, RegistryState, RegistryVersion
 from .explore import Histogram, MapLLMs, MapPoints, MapResponse
 
-__all__ = ["BLANK", "CHAT_RESPONSES", "CONTROL_FIELDS", "ChatMessage", "ChatRequest", "ChatResponse", "ErrorBody", "ErrorItem", "HealthResponse", "Histogram", "KeyRemaining", "KeyResponse", "KeyUsage", "LLMsResponse", "MAX_BODY_BYTES", "MAX_ONBOARD_BODY_BYTES", "MAX_QUERIES", "MAX_QUERY_CHARS", "MAX_RESPONSES", "MapLLMs", "MapPoints", "MapResponse", "ModelCard", "ModelScore", "ModelsResponse", "OnboardRequest", "OnboardResponse", "Policy", "Query", "ROUTING_HEADERS", "RegistryState", "RegistryVersion", "Response", "RouteDecision", "RouteRequest", "RouteResponse", "TEXT_PATTERN", "USER_MESSAGE", "UpstreamError", "exactly_one_of"]
+__all__ = ["Answered", "PlanRequest", "PlanResponse", "PlannedQuestion", "PredictedAccuracy", "BLANK", "CHAT_RESPONSES", "CONTROL_FIELDS", "ChatMessage", "ChatRequest", "ChatResponse", "ErrorBody", "ErrorItem", "HealthResponse", "Histogram", "KeyRemaining", "KeyResponse", "KeyUsage", "LLMsResponse", "MAX_BODY_BYTES", "MAX_ONBOARD_BODY_BYTES", "MAX_QUERIES", "MAX_QUERY_CHARS", "MAX_RESPONSES", "MapLLMs", "MapPoints", "MapResponse", "ModelCard", "ModelScore", "ModelsResponse", "OnboardRequest", "OnboardResponse", "Policy", "Query", "ROUTING_HEADERS", "RegistryState", "RegistryVersion", "Response", "RouteDecision", "RouteRequest", "RouteResponse", "TEXT_PATTERN", "USER_MESSAGE", "UpstreamError", "exactly_one_of"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from .common import MAX_RESPONSES, Query, _a_number, exactly_one_of
@@ -44,3 +46,53 @@ class OnboardResponse(BaseModel):
     version: int
     based_on_version: int
     promoted_to: str | None
+
+
+class Answered(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question_id: str = Field(min_length=1)
+    label: float = Field(ge=0, le=1)
+
+    _numbers = field_validator("label", mode="before")(_a_number)
+
+
+class PlanRequest(BaseModel):
+    """`POST /v1/onboard/plan`: the next questions to ask a new LLM, for users who grade with
+    their own harness (model/adaptive.py)."""
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, max_length=200, description="the new LLM's name")
+    answered: list[Answered] = Field([], max_length=MAX_RESPONSES, description="its graded answers so far "
+                                     "(question ids of the served space)")
+    k: int = Field(10, ge=0, le=1000, description="how many questions to plan")
+    strategy: Literal["adaptive", "random"] = "adaptive"
+    benchmarks: list[str] | None = Field(None, min_length=1, max_length=1000,
+                                         description="ask and predict only within these benchmarks")
+    target_width: float = Field(0.04, gt=0, le=1, description="stop once the 90% interval of the predicted "
+                                                              "accuracy is narrower")
+
+    _numbers = field_validator("k", "target_width", mode="before")(_a_number)
+
+
+class PlannedQuestion(BaseModel):
+    question_id: str
+    benchmark: str
+    gain: float | None = Field(description="expected reduction of the variance of P(correct) over the "
+                                           "benchmark's questions (adaptive only)")
+    cost_usd: float | None
+
+
+class PredictedAccuracy(BaseModel):
+    accuracy: float
+    low: float
+    high: float
+    questions: int
+
+
+class PlanResponse(BaseModel):
+    space: str
+    questions: list[PlannedQuestion]
+    predicted: dict[str, PredictedAccuracy] = Field(description='"overall" and each benchmark: the predicted '
+                                                                "accuracy with its 90% interval")
+    interval_width: float
+    stop: bool = Field(description="the overall interval is narrower than target_width: no need to ask more")
+    answered: int

@@ -1,0 +1,171 @@
+"""Onboarding a new LLM from its own endpoint: ask it the space's questions, grade, fit, register.
+
+    import jeirt_ray as jr
+    report = jr.onboard_endpoint("http://127.0.0.1:8001/v1", "my-llm", answer_key="answers.csv",
+                                 space="models:/demo@champion", budget=50)
+
+Rounds of `batch` questions (default: the concurrency): the next questions are planned from the
+answers graded so far (model/adaptive.py; or in a seeded random order), asked (api/endpoint.py),
+graded with the answer key (data/answer_key.py) and written to the answer log as they arrive, until
+`budget` answers are graded, or the predicted accuracy's interval is narrower than `target_width`
+(when given). Then the LLM's vector is fitted, and only then is a new version registered: a run
+that stops early (the endpoint fails too often, Ctrl-C) registers nothing and resumes from its log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from ..core import paths
+from ..core.secrets import redact
+from ..data.answer_key import AnswerKey
+from ..model.adaptive import DEFAULT_TARGET_WIDTH, plan
+from ..model.onboarding import onboard
+from ..tracking.registry import SpaceRegistry
+from .endpoint import AnswerLog, Endpoint, EndpointError, prompt_for
+from .space import Space
+
+log = logging.getLogger("jeirt.onboard")
+
+
+class OnboardingStopped(RuntimeError):
+    """The run stopped before its budget (too many failed questions); its answers are in the log."""
+
+
+def default_log(model: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model)
+    return paths.home() / "onboarding" / f"{safe}.jsonl"
+
+
+def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey, space: str = "models:/demo@champion",
+                     budget: int = 50, adaptive: bool = True, api_key: str | None = None,
+                     api_key_env: str | None = None, upstream_model: str | None = None, answer_kind: str = "letter",
+                     benchmarks: list[str] | None = None, target_width: float | None = None, batch: int | None = None,
+                     concurrency: int = 8, timeout_s: float = 120.0, retries: int = 4, backoff_s: float = 1.0,
+                     max_tokens: int = 2048,
+                     answer_log: str | Path | None = None, max_failures: int | None = None,
+                     price_usd_per_mtok: tuple[float, float] | None = None, register: bool = True,
+                     promote: bool = False, replace: bool = False, tracking_uri: str | None = None,
+                     seed: int = 0, progress: bool = True) -> dict:
+    """Onboard LLM `model` from the endpoint at `url` (module docstring) and return the report:
+    what was asked, graded and failed, the predicted accuracy per benchmark with 90% intervals,
+    what the questions cost and the registered version. `space`: `models:/<name>@<alias>` or
+    `models:/<name>/<version>` (the new version is registered under <name>), or a saved folder
+    (nothing is registered; the report's `space` holds the new Space). The key is read from
+    `api_key`, else the variable `api_key_env`; `upstream_model`: the name the endpoint expects
+    (default: `model`). `max_failures`: failed questions (after retries) that stop the run
+    (default: a fifth of the budget, at least 5)."""
+    started = time.perf_counter()
+    if budget < 1:
+        raise ValueError("budget must be at least 1 answer")
+    key = answer_key if isinstance(answer_key, AnswerKey) else AnswerKey.read(answer_key, answer_kind)
+    if api_key is None and api_key_env:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise ValueError(f"the variable {api_key_env} named by --api-key-env is not set")
+    registry = SpaceRegistry(tracking_uri) if str(space).startswith("models:/") else None
+    current = Space.load(space, tracking_uri=tracking_uri)
+    if model in current.model_names and not replace:
+        raise ValueError(f"the space already has an LLM named {model!r}: pass --replace to refit it, or another --model")
+    if not current.question_texts or current.question_embeddings is None:
+        raise ValueError("this space stores no question texts and embeddings: retrain it with this version of jeirt")
+    texts = dict(zip(current.question_ids, current.question_texts))
+    gradable = set(current.question_ids) & set(key.answers)
+    if not gradable:
+        raise ValueError(f"none of the space's {len(texts)} questions is in the answer key {key.source}: "
+                         f"is it the key of the data the space was trained on?")
+    endpoint = Endpoint(url, upstream_model or model, api_key, concurrency=concurrency, timeout_s=timeout_s,
+                        retries=retries, max_tokens=max_tokens, backoff_s=backoff_s)
+    answers = AnswerLog(answer_log or default_log(model))
+    resumed = [q for q in answers.answered if q in gradable]
+    graded = {q: key.grade(q, answers.answered[q].output) for q in resumed[:budget]}
+    failed: Counter = Counter()
+    failed_ids: set[str] = set()
+    limit = max_failures if max_failures is not None else max(5, budget // 5)
+    batch = batch or concurrency
+    stopped_early = False
+    bar = _bar(budget, len(graded), model, progress)
+    try:
+        while len(graded) < budget:
+            allowed = gradable - set(graded) - failed_ids
+            step = plan(current, model, {q: g.label for q, g in graded.items()}, min(batch, budget - len(graded)),
+                        strategy="adaptive" if adaptive else "random", benchmarks=benchmarks,
+                        target_width=target_width or DEFAULT_TARGET_WIDTH, allowed=allowed,
+                        seed=seed + len(graded))
+            if target_width is not None and step.stop:
+                stopped_early = True
+                break
+            ask = [q["question_id"] for q in step.questions]
+            if not ask:
+                break
+            prompts = {q: prompt_for(key.answers[q][1], texts[q]) for q in ask}
+
+            def arrived(rec):
+                answers.write(rec)
+                if rec.output is not None:
+                    graded[rec.question_id] = key.grade(rec.question_id, rec.output)
+                    bar.update(1)
+                else:
+                    failed[rec.error] += 1
+                    failed_ids.add(rec.question_id)
+
+            endpoint.ask(prompts, arrived)
+            if sum(failed.values()) >= limit:
+                raise OnboardingStopped(
+                    f"{sum(failed.values())} questions failed after {retries} retries each "
+                    f"({', '.join(f'{n} {why}' for why, n in failed.most_common())}); {len(graded)} of {budget} "
+                    f"answers graded and saved in {answers.path}: nothing was registered; run the same command "
+                    f"again to resume")
+    except EndpointError as e:
+        raise EndpointError(f"{e}; {len(graded)} answers graded so far, saved in {answers.path}: nothing was "
+                            f"registered") from None
+    except KeyboardInterrupt:
+        raise OnboardingStopped(f"interrupted: {len(graded)} of {budget} answers graded and saved in {answers.path}; "
+                                f"nothing was registered; run the same command again to resume") from None
+    finally:
+        bar.close()
+    if not graded:
+        raise OnboardingStopped(f"no answer could be graded; see {answers.path}")
+
+    ids = list(graded)
+    labels = np.array([graded[q].label for q in ids])
+    pos = {q: i for i, q in enumerate(current.question_ids)}
+    fitted = onboard(current, model, current.question_embeddings[[pos[q] for q in ids]], labels, holdout=0,
+                     seed=seed)
+    new = Space.from_core(fitted.space)
+    summary = plan(new, model, {q: float(graded[q].label) for q in ids}, 0, benchmarks=benchmarks)
+    tokens_in = sum(answers.answered[q].prompt_tokens or len(texts[q]) / 4 for q in ids)
+    tokens_out = sum(answers.answered[q].completion_tokens or len(answers.answered[q].output) / 4 for q in ids)
+    report = {
+        "model": model, "endpoint": redact(url), "space": str(space), "strategy": "adaptive" if adaptive else "random",
+        "graded": len(ids), "correct": int(labels.sum()), "no_answer": sum(g.extracted is None for g in graded.values()),
+        "resumed": min(len(resumed), budget), "failed": dict(failed), "stopped_early": stopped_early,
+        "predicted": summary.predicted, "interval_width": summary.interval_width,
+        "tokens": {"input": int(tokens_in), "output": int(tokens_out)},
+        "cost_usd": None if price_usd_per_mtok is None else
+        (tokens_in * price_usd_per_mtok[0] + tokens_out * price_usd_per_mtok[1]) / 1e6,
+        "answer_log": str(answers.path), "version": None}
+    new.metadata.setdefault("onboarded", {})[model] = {
+        **new.metadata.get("onboarded", {}).get(model, {}), "from_endpoint": True, "strategy": report["strategy"],
+        "graded": len(ids), "predicted_accuracy": summary.predicted["overall"]["accuracy"]}
+    if registry is not None and register:
+        name = registry.resolve(str(space)).name
+        version = registry.register(new, name, {"onboard.graded": len(ids),
+                                                "onboard.predicted_accuracy": summary.predicted["overall"]["accuracy"]})
+        if promote:
+            registry.promote(name, version, str(space).split("@", 1)[1] if "@" in str(space) else "champion")
+        report["version"], report["registered_as"] = version, name
+    report["wall_seconds"] = time.perf_counter() - started
+    report["new_space"] = new
+    return report
+
+
+def _bar(total: int, done: int, model: str, progress: bool):
+    from tqdm.auto import tqdm
+    return tqdm(total=total, initial=done, desc=f"asking {model}", unit="answer", disable=not progress, leave=False)

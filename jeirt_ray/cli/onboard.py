@@ -1,0 +1,156 @@
+"""`jeirt onboard`: a new LLM from its own endpoint, and `jeirt onboard plan`: which questions to
+ask it next, for users who grade with their own harness."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .output import console, expected_failures
+
+onboard_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
+                          help="Onboard a new LLM from its OpenAI-compatible endpoint (or plan its questions).")
+
+SpaceOpt = typer.Option("models:/demo@champion", "--space", help="the space: models:/<name>@<alias>, "
+                        "models:/<name>/<version>, or a saved folder")
+BenchOpt = typer.Option(None, "--benchmark", help="ask (and predict) only within this benchmark; repeat for more")
+WidthOpt = typer.Option(None, "--target-width", help="stop asking once the 90%% interval of the predicted "
+                        "accuracy is narrower than this (e.g. 0.04)")
+
+
+def _prices(prices: Optional[Path], price_in: Optional[float], price_out: Optional[float], model: str):
+    """(USD per Mtok in, out) for the new LLM: given, else its row of a price table, else None."""
+    if price_in is not None or price_out is not None:
+        return (price_in or 0.0, price_out if price_out is not None else price_in or 0.0)
+    if prices is None:
+        return None
+    from ..routing.prices import PriceTable
+    found = PriceTable.read(prices).lookup(model)
+    if found is None:
+        console.print(f"[yellow]{model} is not in {prices}: the questions' cost is not reported[/yellow]")
+    return found
+
+
+def _predicted_table(predicted: dict, title: str) -> Table:
+    table = Table(title=title)
+    for col in ("benchmark", "predicted accuracy", "90% interval", "questions"):
+        table.add_column(col)
+    for name, row in sorted(predicted.items(), key=lambda kv: (kv[0] != "overall", kv[0])):
+        table.add_row(name, f"{row['accuracy']:.3f}", f"[{row['low']:.3f}, {row['high']:.3f}]", str(row["questions"]))
+    return table
+
+
+@onboard_app.callback()
+def onboard_cmd(ctx: typer.Context,
+                endpoint: Optional[str] = typer.Option(None, "--endpoint", help="the LLM's OpenAI-compatible API "
+                                                       "base URL, e.g. http://127.0.0.1:8001/v1"),
+                model: Optional[str] = typer.Option(None, "--model", help="the new LLM's name (also the model name "
+                                                    "sent to the endpoint, unless --upstream-model)"),
+                answers: Optional[Path] = typer.Option(None, "--answers", help="the answer key: CSV/Parquet with "
+                                                       "question_id, answer[, kind] (see docs/guide/onboarding.md)"),
+                answer_kind: str = typer.Option("letter", help="kind of the key's rows without one: letter "
+                                                "(MMLU-Pro's extraction), letter_strict, number, exact"),
+                api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="the environment variable "
+                                                          "that holds the endpoint's API key"),
+                upstream_model: Optional[str] = typer.Option(None, help="the model name the endpoint expects"),
+                space: str = SpaceOpt,
+                budget: int = typer.Option(50, "--budget", help="answers to grade"),
+                adaptive: bool = typer.Option(True, "--adaptive/--random", help="choose each batch of questions "
+                                              "by what the answers so far leave uncertain, or at random"),
+                benchmark: Optional[list[str]] = BenchOpt,
+                target_width: Optional[float] = WidthOpt,
+                concurrency: int = typer.Option(8, help="questions in flight at once"),
+                timeout: float = typer.Option(120.0, help="seconds per request"),
+                retries: int = typer.Option(4, help="retries of a request that may pass on a second try"),
+                max_tokens: int = typer.Option(2048, help="max_tokens of each answer"),
+                answer_log: Optional[Path] = typer.Option(None, "--log", help="answers are appended here as they "
+                                                          "arrive; a rerun resumes from it (default: "
+                                                          "$JEIRT_HOME/onboarding/<model>.jsonl)"),
+                prices: Optional[Path] = typer.Option(None, help="a price table with the new LLM's row, for the "
+                                                      "questions' cost"),
+                price_in: Optional[float] = typer.Option(None, help="USD per million input tokens of the new LLM"),
+                price_out: Optional[float] = typer.Option(None, help="USD per million output tokens"),
+                register: bool = typer.Option(True, "--register/--no-register", help="register the space with "
+                                              "the new LLM as a new version"),
+                promote: bool = typer.Option(False, "--promote", help="move the --space alias to the new version"),
+                replace: bool = typer.Option(False, "--replace", help="refit an LLM the space already has"),
+                as_json: bool = typer.Option(False, "--json", help="print the report as JSON")):
+    """Ask a new LLM at its endpoint the questions that tell most about it, grade its answers,
+    fit its vector and register the space with it as a new version."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not endpoint or not model or answers is None:
+        console.print("[red]jeirt onboard needs --endpoint URL --model NAME --answers KEY_FILE "
+                      "(or `jeirt onboard plan --help`)[/red]")
+        raise typer.Exit(2)
+    from ..api.endpoint import EndpointError
+    from ..api.onboard_endpoint import OnboardingStopped, onboard_endpoint
+    with expected_failures():
+        try:
+            report = onboard_endpoint(
+                endpoint, model, answer_key=answers, space=space, budget=budget, adaptive=adaptive,
+                api_key_env=api_key_env, upstream_model=upstream_model, answer_kind=answer_kind, benchmarks=benchmark,
+                target_width=target_width, concurrency=concurrency, timeout_s=timeout, retries=retries,
+                max_tokens=max_tokens, answer_log=answer_log, price_usd_per_mtok=_prices(prices, price_in, price_out, model),
+                register=register, promote=promote, replace=replace)
+        except (EndpointError, OnboardingStopped) as e:
+            console.print(f"[red]{e}[/red]", highlight=False, soft_wrap=True)
+            raise typer.Exit(1)
+    report.pop("new_space")
+    if as_json:
+        print(json.dumps(report, indent=1))
+        return
+    console.print(_predicted_table(report["predicted"], f"{model}: predicted accuracy"))
+    failed = sum(report["failed"].values())
+    cost = "" if report["cost_usd"] is None else f"; the questions cost {report['cost_usd']:.4f} USD"
+    console.print(f"{report['graded']} answers graded ({report['correct']} right, {report['no_answer']} without an "
+                  f"answer to read; {report['resumed']} from the log), {failed} failed, "
+                  f"{report['tokens']['input']} + {report['tokens']['output']} tokens{cost}; "
+                  f"{report['wall_seconds']:.1f} s")
+    if report["version"] is not None:
+        console.print(f"registered as version {report['version']} of {report['registered_as']}")
+
+
+@onboard_app.command("plan")
+def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"),
+             space: str = SpaceOpt,
+             answered: Optional[Path] = typer.Option(None, "--answered", help="its graded answers so far: "
+                                                     "CSV/Parquet with question_id, label (0-1)"),
+             k: int = typer.Option(10, "-k", "--k", help="how many questions to plan"),
+             adaptive: bool = typer.Option(True, "--adaptive/--random"),
+             benchmark: Optional[list[str]] = BenchOpt,
+             target_width: float = typer.Option(0.04, "--target-width", help="the stopping rule's interval width"),
+             out: Optional[Path] = typer.Option(None, "--out", help="also write the planned questions (id, "
+                                                "benchmark, text) to this CSV"),
+             as_json: bool = typer.Option(False, "--json", help="print the plan as JSON")):
+    """The next K questions of the space to ask a new LLM, from its answers so far, and whether to
+    stop (its predicted accuracy is known closely enough)."""
+    from ..api.space import Space
+    from ..data.tables import read_table
+    from ..model.adaptive import plan
+    with expected_failures():
+        s = Space.load(space)
+        done: dict[str, float] = {}
+        if answered is not None:
+            table = read_table(answered)
+            if not {"question_id", "label"} <= set(table.columns):
+                raise ValueError(f"{answered}: needs the columns question_id, label; found {list(table.columns)}")
+            done = {str(q): float(y) for q, y in zip(table["question_id"], table["label"])}
+        result = plan(s, model, done, k, strategy="adaptive" if adaptive else "random", benchmarks=benchmark,
+                      target_width=target_width)
+    if out is not None:
+        import pandas as pd
+        texts = dict(zip(s.question_ids, s.question_texts)) if s.question_texts else {}
+        pd.DataFrame([{**q, "text": texts.get(q["question_id"], "")} for q in result.questions]).to_csv(out, index=False)
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=1))
+        return
+    console.print(_predicted_table(result.predicted, f"{model}: predicted accuracy from {result.answered} answers"))
+    verdict = "stop: the interval is narrower than the target" if result.stop else "ask more"
+    console.print(f"interval width {result.interval_width:.3f} (target {target_width:g}): {verdict}")
+    for q in result.questions:
+        console.print(f"{q['question_id']}\t{q['benchmark']}")

@@ -1,0 +1,157 @@
+"""Answer keys: grading an LLM's raw answer to a question as right or wrong.
+
+An answer key is a table (CSV, CSV.gz or Parquet) with the columns `question_id`, `answer` and
+optionally `kind` (default: the `default_kind` given when reading; other columns are ignored):
+
+- `letter`: a multiple-choice letter A-J, extracted with MMLU-Pro's rule (TIGER-AI-Lab/MMLU-Pro,
+  compute_accuracy.py): the letter of "answer is (X)" or "answer is X", else of the last
+  "Answer: X", else the last letter A-J standing alone in the text. No letter: wrong (MMLU-Pro
+  draws a random option instead; a grade here does not depend on chance).
+- `letter_strict`: the first of those rules alone ("answer is (X)"), as MMLU-Pro's earlier runs
+  graded (of its recorded outputs, DeepSeek-V2's and Phi-3-mini's labels follow this rule, Llama
+  3.1's and Gemini 1.5's the full one).
+- `number`: the number after the last "answer is" (or "Answer:"), else the last number in the
+  text (thousands separators and a trailing `.` dropped), equal to the key's within a relative
+  1e-4 (or 1e-9 absolute).
+- `exact`: the text after the last "answer is" (or "Answer:"), else the last non-empty line,
+  compared with the key without case, surrounding spaces, quotes, `$`, `**` or a final `.`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import DataError
+from .tables import read_table
+
+KINDS = ("letter", "letter_strict", "number", "exact")
+LETTERS = "ABCDEFGHIJ"
+
+_LETTER_1 = re.compile(r"answer is \(?([A-J])\)?")
+_LETTER_2 = re.compile(r".*[aA]nswer:\s*([A-J])")
+_LETTER_3 = re.compile(r"\b[A-J]\b(?!.*\b[A-J]\b)", re.DOTALL)
+_FINAL = re.compile(r"(?:answer is|[aA]nswer:)\s*:?\s*(.+)", re.IGNORECASE)
+_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
+
+
+def extract_letter(text: str, strict: bool = False) -> str | None:
+    """MMLU-Pro's extraction (module docstring; `strict`: its first rule alone); None where no
+    letter is found."""
+    if strict:
+        found = _LETTER_1.search(text)
+        return found.group(1) if found else None
+    for pattern in (_LETTER_1, _LETTER_2):
+        found = pattern.search(text)
+        if found:
+            return found.group(1)
+    found = _LETTER_3.search(text)
+    return found.group(0) if found else None
+
+
+def _final_answer(text: str) -> str | None:
+    found = list(_FINAL.finditer(text))
+    return found[-1].group(1).strip().splitlines()[0] if found else None
+
+
+def extract_number(text: str) -> float | None:
+    """The number of the final answer, else the last number in the text; None if there is none."""
+    for part in (_final_answer(text), text):
+        if part:
+            numbers = _NUMBER.findall(part)
+            if numbers:
+                return float(numbers[0 if part is not text else -1].replace(",", ""))
+    return None
+
+
+def normalise(text: str) -> str:
+    text = text.strip().replace("**", "").replace("$", "")
+    return text.rstrip(".").strip().strip("\"'`").strip().casefold()
+
+
+def extract_exact(text: str) -> str | None:
+    final = _final_answer(text)
+    if final is None:
+        lines = [line for line in text.splitlines() if line.strip()]
+        final = lines[-1] if lines else None
+    return None if final is None else normalise(final)
+
+
+@dataclass(frozen=True)
+class Grade:
+    label: float  # 1.0 right, 0.0 wrong
+    extracted: str | None  # what was read from the answer (None: nothing to grade, counted wrong)
+
+
+class AnswerKey:
+    """{question_id: (answer, kind)}, read from a documented file (module docstring)."""
+
+    def __init__(self, answers: dict[str, tuple[str, str]], source: str = "answer key"):
+        self.answers, self.source = answers, source
+
+    def __len__(self) -> int:
+        return len(self.answers)
+
+    def __contains__(self, question_id: str) -> bool:
+        return question_id in self.answers
+
+    @classmethod
+    def read(cls, path: str | Path, default_kind: str = "letter") -> "AnswerKey":
+        """Read and check a key file; a bad row is a DataError naming file, row, column and value."""
+        if default_kind not in KINDS:
+            raise ValueError(f"unknown answer kind {default_kind!r}: one of {', '.join(KINDS)}")
+        path = Path(path)
+        if not path.exists():
+            raise DataError("no such answer key file", file=str(path))
+        table = read_table(path)
+        missing = [c for c in ("question_id", "answer") if c not in table.columns]
+        if missing:
+            raise DataError(f"the answer key needs the columns question_id, answer (and optionally kind); "
+                            f"missing {missing}, found {list(table.columns)}", file=str(path))
+        kinds = table["kind"] if "kind" in table.columns else pd.Series([default_kind] * len(table))
+        answers: dict[str, tuple[str, str]] = {}
+        for row, (qid, answer, kind) in enumerate(zip(table["question_id"], table["answer"], kinds), start=1):
+            kind = "" if kind is None or (isinstance(kind, float) and math.isnan(kind)) else str(kind).strip()
+            kind = kind or default_kind
+            if kind not in KINDS:
+                raise DataError(f"unknown kind: one of {', '.join(KINDS)}", file=str(path), row=row, column="kind",
+                                value=kind)
+            if qid is None or (isinstance(qid, float) and math.isnan(qid)) or not str(qid).strip():
+                raise DataError("empty question_id", file=str(path), row=row, column="question_id")
+            if answer is None or (isinstance(answer, float) and math.isnan(answer)) or not str(answer).strip():
+                raise DataError("empty answer", file=str(path), row=row, column="answer")
+            answer = str(answer).strip()
+            if kind.startswith("letter") and answer.upper() not in LETTERS:
+                raise DataError("a letter answer must be one of A-J", file=str(path), row=row, column="answer",
+                                value=answer)
+            if kind == "number":
+                try:
+                    float(answer.replace(",", ""))
+                except ValueError:
+                    raise DataError("a number answer must be a number", file=str(path), row=row, column="answer",
+                                    value=answer) from None
+            qid = str(qid).strip()
+            if qid in answers:
+                raise DataError("question_id given twice", file=str(path), row=row, column="question_id", value=qid)
+            answers[qid] = (answer.upper() if kind.startswith("letter") else answer, kind)
+        if not answers:
+            raise DataError("the answer key has no rows", file=str(path))
+        return cls(answers, str(path))
+
+    def grade(self, question_id: str, output: str) -> Grade:
+        """Right or wrong, and what was extracted from `output`."""
+        answer, kind = self.answers[question_id]
+        if kind.startswith("letter"):
+            got = extract_letter(output, strict=kind == "letter_strict")
+            return Grade(float(got == answer), got)
+        if kind == "number":
+            got = extract_number(output)
+            if got is None:
+                return Grade(0.0, None)
+            return Grade(float(math.isclose(got, float(answer.replace(",", "")), rel_tol=1e-4, abs_tol=1e-9)), f"{got:g}")
+        got = extract_exact(output)
+        return Grade(float(got is not None and got == normalise(answer)), got)

@@ -1,0 +1,232 @@
+"""Adaptive onboarding: which questions to ask a new LLM next, and when to stop asking.
+
+What the answers so far say about the new LLM's vector is, per member of the space, the Laplace
+posterior of `onboarding.fit_row` under the known LLMs' prior (with no answers: the prior itself).
+A question's worth is how much its answer is expected to shrink the posterior variance of the
+new LLM's P(correct) over a reference set of questions (the space's questions of the chosen
+benchmarks): for a candidate with direction u, weight w = p(1 - p) and posterior covariance S,
+observing it turns S into S - w S u u' S / (1 + w u'Su), so the variance of a reference question's
+logit (direction r) drops by w (r'Su)^2 / (1 + w u'Su). Summed over the reference set with each
+logit's weight (p_r (1 - p_r))^2 (the variance of p_r by the delta method), that is
+w u'S M S u / (1 + w u'Su) with M the weighted second moment of the reference directions, a d x d
+matrix: the whole candidate pool is scored in one pass. A batch of k is chosen greedily with S
+updated after each pick (rank one), so a batch does not ask the same thing k times. This is the
+"expected reduction of the integrated variance" design, which targets prediction, unlike the
+Fisher information of the answer alone, which favours questions on which the LLM's own p is
+least certain wherever they lie.
+
+Stopping: the new LLM's predicted accuracy (the mean of its P(correct) over the reference set)
+gets an interval from posterior draws of its vector; ask until the interval is narrower than a
+target. The interval covers the uncertainty of the vector only, not the space's own error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .onboarding import PRIORS, RowFit, directions, fit_row
+from .space import CoreSpace
+
+DEFAULT_TARGET_WIDTH = 0.04  # stop when the 90% interval of the predicted accuracy is narrower
+DEFAULT_LEVEL = 0.9
+TARGETS = ("questions", "accuracy")
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def belief(space: CoreSpace, name: str, x: np.ndarray | None, labels: np.ndarray | None,
+           prior: str = "population", exclude: list[str] | tuple = ()) -> list[RowFit]:
+    """Per member, the posterior of LLM `name`'s vector from its labels on questions with encoder
+    embeddings `x` (none: the prior). The prior is built from the other LLMs of the space, less
+    those in `exclude` (e.g. LLMs held out of its training, whose vectors were never fitted)."""
+    if prior not in PRIORS:
+        raise ValueError(f"unknown prior {prior!r}: one of {sorted(PRIORS)}")
+    known = [i for i, m in enumerate(space.model_names) if m != name and m not in exclude] \
+        or list(range(len(space.model_names)))
+    labels = np.zeros(0) if labels is None else np.asarray(labels, dtype=np.float64)
+    dirs = directions(space, x) if len(labels) else None
+    fits = []
+    for i in range(len(space.members)):
+        table = space.model_vectors(i)[known]
+        u, norm = dirs[i] if dirs else (np.zeros((0, table.shape[1])), np.zeros(0))
+        fits.append(fit_row(u, norm, labels, *PRIORS[prior](table)))
+    return fits
+
+
+def select(candidates: list[tuple[np.ndarray, np.ndarray]], reference: list[tuple[np.ndarray, np.ndarray]],
+           fits: list[RowFit], k: int, costs: np.ndarray | None = None,
+           budget: float | None = None, target: str = "questions") -> tuple[list[int], list[float]]:
+    """Greedily the `k` candidates (per member: directions and norms) whose answers most reduce
+    the posterior variance of P(correct) over the `reference` questions (module docstring), and
+    each one's expected reduction (summed over members, per reference question). With `costs`
+    (one per candidate), the reduction per unit of cost is maximised instead, and with `budget`
+    only what still fits in it is taken (fewer than k when it runs out). `target`: "questions"
+    (the variance of each reference question's P(correct), summed) or "accuracy" (the variance
+    of their mean, the predicted accuracy, alone: M = g g' with g the mean of p(1 - p) r)."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}: one of {TARGETS}")
+    n = len(candidates[0][0])
+    state = []
+    for (u, norm), (r, rnorm), f in zip(candidates, reference, fits):
+        cov = f.cov.copy()
+        pr = _sigmoid(r @ f.theta - rnorm)
+        if target == "questions":
+            m = (r * ((pr * (1 - pr)) ** 2)[:, None]).T @ r / max(len(r), 1)
+        else:
+            g = (r * (pr * (1 - pr))[:, None]).mean(0)
+            m = np.outer(g, g)
+        a = u @ cov  # (n, d): S u for every candidate
+        w = (lambda p: p * (1 - p))(_sigmoid(u @ f.theta - norm))
+        s = (a * u).sum(1)  # u'Su
+        t = ((a @ m) * a).sum(1)  # u'SMSu
+        state.append([u, m, a, w, s, t])
+    taken: list[int] = []
+    gains: list[float] = []
+    free = np.ones(n, dtype=bool)
+    left = np.inf if budget is None else float(budget)
+    for _ in range(min(k, n)):
+        gain = sum(w * t / (1 + w * s) for _, _, _, w, s, t in state)
+        score = gain / np.maximum(costs, 1e-12) if costs is not None else gain.copy()
+        ok = free & ((costs <= left) if costs is not None else True)
+        if not ok.any():
+            break
+        score[~ok] = -np.inf
+        i = int(np.argmax(score))
+        taken.append(i)
+        gains.append(float(gain[i]))
+        free[i] = False
+        if costs is not None:
+            left -= float(costs[i])
+        for st in state:  # the posterior after answer i, whatever it is (Laplace, p held)
+            u, m, a, w, s, t = st
+            v = a[i].copy()  # S u_i
+            c = w[i] / (1 + w[i] * s[i])
+            uv = a @ u[i]  # u' S u_i for every candidate
+            amv = a @ (m @ v)
+            st[5] = t - 2 * c * uv * amv + c * c * uv * uv * float(v @ m @ v)
+            st[4] = s - c * uv * uv
+            st[2] = a - c * np.outer(uv, v)
+    return taken, gains
+
+
+def accuracy_draws(reference: list[tuple[np.ndarray, np.ndarray]], fits: list[RowFit], groups: np.ndarray | None = None,
+                   draws: int = 100, seed: int = 0) -> tuple[dict, dict]:
+    """(point, samples): the predicted accuracy (mean P(correct), averaged over members) over the
+    reference questions, overall and per group label, at the posterior mode, and its values under
+    `draws` posterior draws of the vector (the members' draws averaged)."""
+    rng = np.random.default_rng(seed)
+    p_mode, p_draw = 0.0, 0.0
+    for (r, rnorm), f in zip(reference, fits):
+        p_mode = p_mode + _sigmoid(r @ f.theta - rnorm)
+        chol = np.linalg.cholesky(f.cov + 1e-12 * np.eye(len(f.cov)))
+        thetas = f.theta[:, None] + chol @ rng.standard_normal((len(f.theta), draws))
+        p_draw = p_draw + _sigmoid(r @ thetas - rnorm[:, None])
+    p_mode, p_draw = p_mode / len(fits), p_draw / len(fits)
+    point = {"overall": float(p_mode.mean())}
+    samples = {"overall": p_draw.mean(0)}
+    if groups is not None:
+        for g in dict.fromkeys(groups.tolist()):
+            sel = groups == g
+            point[g], samples[g] = float(p_mode[sel].mean()), p_draw[sel].mean(0)
+    return point, samples
+
+
+def accuracy_intervals(reference, fits, groups=None, level: float = DEFAULT_LEVEL, draws: int = 100,
+                       seed: int = 0) -> dict[str, dict]:
+    """{"overall" | group: {"accuracy", "low", "high", "questions"}}: the predicted accuracy and its
+    central `level` interval under the posterior of the vector (accuracy_draws)."""
+    point, samples = accuracy_draws(reference, fits, groups, draws, seed)
+    q = [(1 - level) / 2, 1 - (1 - level) / 2]
+    sizes = {"overall": len(reference[0][0])}
+    if groups is not None:
+        sizes.update({g: int((groups == g).sum()) for g in point if g != "overall"})
+    return {g: {"accuracy": point[g], "low": float(np.quantile(samples[g], q[0])),
+                "high": float(np.quantile(samples[g], q[1])), "questions": sizes[g]} for g in point}
+
+
+@dataclass
+class Plan:
+    """What to ask next and what is known so far (see `plan`)."""
+
+    questions: list[dict]  # {"question_id", "benchmark", "gain", "cost_usd"} in the order to ask
+    predicted: dict[str, dict]  # "overall" and each benchmark: accuracy, low, high, questions
+    interval_width: float  # of the overall predicted accuracy
+    stop: bool  # the interval is narrower than the target
+    answered: int
+
+    def to_dict(self) -> dict:
+        return {"questions": self.questions, "predicted": self.predicted, "interval_width": self.interval_width,
+                "stop": self.stop, "answered": self.answered}
+
+
+def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, strategy: str = "adaptive",
+         benchmarks: list[str] | None = None, costs: dict[str, float] | None = None, budget_usd: float | None = None,
+         target_width: float = DEFAULT_TARGET_WIDTH, level: float = DEFAULT_LEVEL, seed: int = 0,
+         prior: str = "population", allowed: set[str] | None = None) -> Plan:
+    """The next `k` questions of the space (ids of its stored questions) to ask LLM `name`, given
+    its graded answers so far (`answered`: question id -> label in [0, 1]), and its predicted
+    accuracy per benchmark with intervals. `strategy`: "adaptive" (`select`) or "random".
+    `benchmarks`: ask and predict only within these; `allowed`: ask only these question ids (e.g.
+    those an answer key can grade); `costs` (question id -> USD of asking it)
+    with `budget_usd`: spend at most that on the questions planned. `stop` says the overall
+    interval is narrower than `target_width`: no need to ask more."""
+    if space.question_embeddings is None or not space.question_ids:
+        raise ValueError("this space stores no question embeddings: retrain it with this version of jeirt")
+    if strategy not in ("adaptive", "random"):
+        raise ValueError(f"unknown strategy {strategy!r}: adaptive or random")
+    ids = np.asarray(space.question_ids)
+    bench = np.asarray(space.question_benchmarks if len(space.question_benchmarks) == len(ids) else [""] * len(ids))
+    pos = {q: i for i, q in enumerate(ids.tolist())}
+    unknown = [q for q in answered if q not in pos]
+    if unknown:
+        raise KeyError(f"{len(unknown)} answered question id(s) are not questions of this space, e.g. {unknown[:3]}")
+    scope = np.ones(len(ids), dtype=bool)
+    if benchmarks:
+        missing = sorted(set(benchmarks) - set(bench.tolist()))
+        if missing:
+            raise KeyError(f"unknown benchmark(s) {missing}: the space has {sorted(set(bench.tolist()))}")
+        scope = np.isin(bench, benchmarks)
+    done = np.array([pos[q] for q in answered], dtype=int)
+    labels = np.array(list(answered.values()), dtype=np.float64)
+    x = space.question_embeddings
+    fits = belief(space, name, x[done] if len(done) else None, labels, prior=prior)
+    ref_rows = np.flatnonzero(scope)
+    reference = directions(space, x[ref_rows])
+    predicted = accuracy_intervals(reference, fits, bench[ref_rows] if benchmarks or len(set(bench)) > 1 else None,
+                                   level=level, seed=seed)
+    width = predicted["overall"]["high"] - predicted["overall"]["low"]
+    free = scope.copy()
+    free[done] = False
+    if allowed is not None:
+        free &= np.isin(ids, list(allowed))
+    cand_rows = np.flatnonzero(free)
+    cost_of = None
+    if costs is not None:
+        cost_of = np.array([float(costs.get(q, np.nan)) for q in ids[cand_rows]])
+        if np.isnan(cost_of).any():
+            raise KeyError(f"no cost for {int(np.isnan(cost_of).sum())} candidate question(s), e.g. "
+                           f"{ids[cand_rows][np.isnan(cost_of)][:3].tolist()}")
+    if strategy == "adaptive" and (k == 0 or not len(cand_rows)):
+        picked, gains = [], []
+    elif strategy == "adaptive":
+        cand = directions(space, x[cand_rows])
+        picked, gains = select(cand, reference, fits, k, cost_of, budget_usd)
+    else:
+        order = np.random.default_rng(seed).permutation(len(cand_rows))
+        picked, spent = [], 0.0
+        for i in order:
+            if len(picked) == k:
+                break
+            c = 0.0 if cost_of is None else cost_of[i]
+            if budget_usd is None or spent + c <= budget_usd:
+                picked.append(int(i))
+                spent += c
+        gains = [float("nan")] * len(picked)
+    questions = [{"question_id": str(ids[cand_rows[i]]), "benchmark": str(bench[cand_rows[i]]),
+                  "gain": None if np.isnan(g) else g, "cost_usd": None if cost_of is None else float(cost_of[i])}
+                 for i, g in zip(picked, gains)]
+    return Plan(questions, predicted, float(width), bool(width <= target_width), int(len(done)))

@@ -1,0 +1,259 @@
+"""Adaptive onboarding and onboarding from an endpoint: the answer key's grading rules, the
+question planner, and the whole flow against a loopback OpenAI-compatible server that replays
+recorded answers (with planted faults), then the same on mmlu_pro's four recorded LLMs."""
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from jeirt_ray.api.endpoint import EndpointError
+from jeirt_ray.api.onboard_endpoint import OnboardingStopped, onboard_endpoint
+from jeirt_ray.api.space import Space
+from jeirt_ray.data import DataError
+from jeirt_ray.data.answer_key import AnswerKey, extract_letter, extract_number
+from jeirt_ray.encoders import HashingEncoder
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
+from jeirt_ray.model.adaptive import plan
+from jeirt_ray.model.train import TrainConfig
+from jeirt_ray.serving.replay import ReplayServer
+
+from .conftest import registry_env, shared_dataset
+
+LLM = "newcomer"
+
+
+# ---- grading ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, strict, expected", [
+    ("Let us think. The answer is (C).", False, "C"),
+    ("so the answer is D", False, "D"),
+    ("Options weighed.\nAnswer: B", False, "B"),
+    ("Between A and J, I pick E here", False, "E"),  # the last letter standing alone
+    ("I cannot tell.", False, "I"),  # upstream reads the pronoun as option I
+    ("no idea, sorry", False, None),
+    ("Answer: B", True, None),  # the strict rule reads "answer is (X)" only
+    ("the answer is (H)", True, "H"),
+])
+def test_letter_extraction_follows_mmlu_pro(text, strict, expected):
+    assert extract_letter(text, strict=strict) == expected
+
+
+def test_answer_key_grades_each_kind(tmp_path):
+    path = tmp_path / "key.csv"
+    pd.DataFrame({"question_id": ["q1", "q2", "q3", "q4"], "answer": ["c", "1,234.5", "Paris", "B"],
+                  "kind": ["letter", "number", "exact", None]}).to_csv(path, index=False)
+    key = AnswerKey.read(path, default_kind="letter_strict")
+    assert key.grade("q1", "the answer is (C)").label == 1.0
+    assert key.grade("q2", "Adding up, the answer is 1234.50.").label == 1.0
+    assert extract_number("x = 3, then 7 and finally -2.5") == -2.5
+    assert key.grade("q2", "the answer is 1235").label == 0.0
+    assert key.grade("q3", "Thinking...\nThe answer is: **paris**.").label == 1.0
+    assert key.grade("q4", "Answer: B").label == 0.0  # kind from the default: letter_strict
+    assert key.grade("q1", "no idea").extracted is None
+
+
+@pytest.mark.parametrize("rows, message", [
+    ({"question_id": ["q1", "q2"], "answer": ["A", "Z"]}, "row 2 (line 3), column 'answer', value 'Z'"),
+    ({"question_id": ["q1", "q1"], "answer": ["A", "B"]}, "row 2 (line 3), column 'question_id'"),
+    ({"question_id": ["q1"], "answer": ["A"], "kind": ["essay"]}, "column 'kind', value 'essay'"),
+    ({"question_id": ["q1"], "answer": ["ten"], "kind": ["number"]}, "value 'ten'"),
+    ({"id": ["q1"], "answer": ["A"]}, "missing ['question_id']"),
+])
+def test_bad_answer_keys_name_file_row_column_and_value(tmp_path, rows, message):
+    path = tmp_path / "key.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"key\.csv") as e:
+        AnswerKey.read(path)
+    assert message in str(e.value)
+
+
+# ---- a small space and a replayable LLM -------------------------------------------------------
+@pytest.fixture(scope="module")
+def world(synthetic, tmp_path_factory):
+    """A space trained on the synthetic data (hashing encoder), saved and registered; a new LLM
+    behind a replay folder whose recorded answers are right exactly where its labels say (its
+    labels drawn from a vector of the space's kind); and the answer key."""
+    root = tmp_path_factory.mktemp("onboard")
+    prep = prepare(synthetic, HashingEncoder(384), progress=False)
+    space = Space.from_core(train_space(prep, TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=40), members=1,
+                                        progress=False))
+    folder = root / "space"
+    space.save(folder)
+    rng = np.random.default_rng(0)
+    gold = rng.choice(list("ABCDEFGHIJ"), size=synthetic.n_questions)
+    p_true = space.predict_proba(prep.X)[:, 3]  # the new LLM answers like LLM 3 of the space
+    truth = (rng.random(synthetic.n_questions) < p_true).astype(float)
+    wrong = np.array([chr(ord("A") + (ord(g) - ord("A") + 1) % 10) for g in gold])
+    data = root / "replay"
+    (data / "outputs").mkdir(parents=True)
+    pd.DataFrame({"question_id": synthetic.question_ids, "benchmark": synthetic.benchmarks,
+                  "text": synthetic.texts}).to_csv(data / "questions.csv", index=False)
+    with gzip.open(data / "outputs" / f"{LLM}.jsonl.gz", "wt") as f:
+        for q, g, w, y in zip(synthetic.question_ids, gold, wrong, truth):
+            f.write(json.dumps({"question_id": q, "output": f"Some reasoning. The answer is ({g if y else w})."}) + "\n")
+    pd.DataFrame({"question_id": synthetic.question_ids, "answer": gold}).to_csv(root / "key.csv", index=False)
+    labels = dict(zip(synthetic.question_ids.tolist(), truth.tolist()))
+    with registry_env(root / "home"):
+        from jeirt_ray.tracking.registry import SpaceRegistry
+        reg = SpaceRegistry()
+        reg.promote("onb", reg.register(space, "onb"), "champion")
+        yield {"space": space, "folder": folder, "data": data, "key": root / "key.csv", "labels": labels,
+               "reg": reg, "root": root, "p_true": p_true, "prep": prep}
+
+
+def _run(world, server, tmp_path, **kw):
+    args = dict(answer_key=world["key"], space="models:/onb@champion", budget=20, concurrency=4,
+                answer_log=tmp_path / "answers.jsonl", timeout_s=10, backoff_s=0.01, progress=False)
+    return onboard_endpoint(server.url, LLM, **{**args, **kw})
+
+
+# ---- the planner -------------------------------------------------------------------------------
+def test_plan_asks_new_questions_within_the_benchmarks_and_stops_on_a_wide_target(world):
+    space = world["space"]
+    answered = {q: world["labels"][q] for q in space.question_ids[:5]}
+    p = plan(space, LLM, answered, 7, benchmarks=["history"])
+    ids = [q["question_id"] for q in p.questions]
+    assert len(set(ids)) == 7 and not set(ids) & set(answered)
+    assert {q["benchmark"] for q in p.questions} == {"history"} and set(p.predicted) >= {"overall", "history"}
+    assert all(0 <= r["low"] <= r["high"] <= 1 for r in p.predicted.values())
+    assert not p.stop and plan(space, LLM, answered, 3, target_width=1.0).stop
+    with pytest.raises(KeyError, match="unknown benchmark"):
+        plan(space, LLM, answered, 3, benchmarks=["astrology"])
+    with pytest.raises(KeyError, match="not questions of this space"):
+        plan(space, LLM, {"nope": 1.0}, 3)
+
+
+def test_adaptive_questions_narrow_the_interval_faster_than_random_ones(world):
+    """What the planner optimises, checked: after the same number of answers (asked in rounds
+    of 6, the vector refitted between rounds), the predicted accuracy's interval is narrower for
+    adaptive questions than for random ones, on each of 3 seeds."""
+    space, labels = world["space"], world["labels"]
+    widths = {"adaptive": [], "random": []}
+    for seed in range(3):
+        for strategy in widths:
+            answered: dict[str, float] = {}
+            for r in range(5):
+                nxt = plan(space, LLM, answered, 6, strategy=strategy, seed=seed * 100 + r).questions
+                answered |= {q["question_id"]: labels[q["question_id"]] for q in nxt}
+            widths[strategy].append(plan(space, LLM, answered, 0, seed=seed).interval_width)
+    assert all(a < r for a, r in zip(widths["adaptive"], widths["random"])), widths
+
+
+# ---- from an endpoint --------------------------------------------------------------------------
+def test_onboarding_from_an_endpoint_retries_grades_and_registers(world, tmp_path):
+    reg = world["reg"]
+    before = len(reg.versions("onb"))
+    with ReplayServer(world["data"]) as server:
+        server.fail(429, 3)
+        server.fail(500, 2)
+        server.mangle = {world["space"].question_ids[i] for i in range(0, 600, 2)}
+        report = _run(world, server, tmp_path)
+        asked = [q for _, q in server.requests]
+    assert report["graded"] == 20 and report["failed"] == {} and len(set(asked)) == 20
+    mangled = [q for q in asked if q in server.mangle]
+    assert report["no_answer"] == len(mangled)  # no letter to read: counted, and graded wrong
+    assert report["correct"] == sum(world["labels"][q] for q in asked if q not in server.mangle)
+    assert report["version"] == before + 1 and len(reg.versions("onb")) == before + 1
+    new = reg.load(f"models:/onb/{report['version']}")
+    assert LLM in new.model_names and new.metadata["onboarded"][LLM]["graded"] == 20
+    overall = report["predicted"]["overall"]
+    assert 0 <= overall["low"] <= overall["high"] <= 1 and report["tokens"]["input"] > 0
+
+
+def test_a_failing_endpoint_registers_nothing_and_the_rerun_resumes(world, tmp_path):
+    reg = world["reg"]
+    before = len(reg.versions("onb"))
+    server = ReplayServer(world["data"]).start()
+    try:
+        server.fail(503, 1000)  # down for good: every retry fails
+        with pytest.raises(OnboardingStopped, match=r"HTTP 503.*0 of 20 answers graded.*nothing was registered"):
+            _run(world, server, tmp_path, retries=1, max_failures=4)
+        server.faults.clear()
+        first = _run(world, server, tmp_path, budget=8, register=False)  # 8 answers reach the log
+        port = server.port
+        server.stop()  # now the connection is refused
+        with pytest.raises(OnboardingStopped, match=r"connection failed.*8 of 20 answers graded"):
+            _run(world, server, tmp_path, retries=1, max_failures=4)
+        assert len(reg.versions("onb")) == before and first["version"] is None
+        server = ReplayServer(world["data"], port=port).start()
+        report = _run(world, server, tmp_path)
+        assert report["resumed"] == 8 and report["graded"] == 20 and len(server.requests) == 12
+        assert len(reg.versions("onb")) == before + 1
+    finally:
+        server.stop()
+
+
+def test_a_bad_key_stops_at_once_and_timeouts_are_counted(world, tmp_path, monkeypatch):
+    with ReplayServer(world["data"], api_key="sk-secret-123456") as server:
+        with pytest.raises(EndpointError, match="--api-key-env") as e:
+            _run(world, server, tmp_path)
+        assert "sk-secret" not in str(e.value)
+        monkeypatch.setenv("LLM_KEY", "sk-secret-123456")
+        assert _run(world, server, tmp_path, api_key_env="LLM_KEY", budget=4, register=False)["graded"] == 4
+    with ReplayServer(world["data"]) as server:
+        server.delay_s = 1.0
+        with pytest.raises(OnboardingStopped, match="timed out"):
+            _run(world, server, tmp_path / "slow", timeout_s=0.2, retries=0, max_failures=2)
+
+
+def test_cli_onboards_from_an_endpoint_and_plans(world, tmp_path):
+    from jeirt_ray.cli.main import app
+    runner = CliRunner()
+    with ReplayServer(world["data"]) as server:
+        r = runner.invoke(app, ["onboard", "--endpoint", server.url, "--model", LLM, "--answers", str(world["key"]),
+                                "--space", str(world["folder"]), "--budget", "6", "--no-register", "--json",
+                                "--log", str(tmp_path / "a.jsonl"), "--price-in", "1", "--price-out", "2"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output[r.output.index("{"):])
+    assert report["graded"] == 6 and report["cost_usd"] > 0 and report["version"] is None
+    r = runner.invoke(app, ["onboard", "plan", "--model", LLM, "--space", str(world["folder"]), "-k", "4", "--json"])
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.output)["questions"]) == 4
+    r = runner.invoke(app, ["onboard", "--model", LLM])
+    assert r.exit_code == 2 and "--endpoint" in r.output
+
+
+# ---- real recorded answers ---------------------------------------------------------------------
+RECORDED = {"Phi-3-mini-4k-instruct": "letter_strict", "DeepSeek-V2": "letter_strict",
+            "gemini-1.5-flash-002": "letter", "Meta-Llama-3_1-70B-Instruct": "letter"}
+
+
+def test_replayed_real_llms_are_graded_as_the_dataset_labels_say(tmp_path):
+    """mmlu_pro's four recorded LLMs: a space of 1,500 questions trained without them, each
+    onboarded through the replay server from 30 adaptive questions; every grade matches the
+    dataset's label (with the extraction rule its run was graded by)."""
+    folder = shared_dataset("mmlu_pro")
+    from jeirt_ray.data import load_data
+    from jeirt_ray.data.splits import split_by_question
+    full = load_data(folder)
+    keep = np.isin(full.q_idx, np.arange(1500))
+    import dataclasses
+    data = dataclasses.replace(full, question_ids=full.question_ids[:1500], benchmarks=full.benchmarks[:1500],
+                               texts=full.texts[:1500], q_idx=full.q_idx[keep], m_idx=full.m_idx[keep],
+                               labels=full.labels[keep])
+    split = split_by_question(data, 0)
+    split.heldout_models = list(RECORDED)
+    prep = prepare(data, HashingEncoder(384), split=split, progress=False)
+    space = Space.from_core(train_space(prep, TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=20), members=1,
+                                        progress=False).without_models(list(RECORDED)))
+    space.save(tmp_path / "space")
+    labels = {(full.models[m], full.question_ids[q]): y for q, m, y in zip(full.q_idx, full.m_idx, full.labels)}
+    texts = {q: str(t).strip() for q, t in zip(data.question_ids, data.texts)}
+    with ReplayServer(folder, models=list(RECORDED)) as server:
+        for llm, kind in RECORDED.items():
+            key = AnswerKey.read(folder / "answers.csv.gz", default_kind=kind)
+            report = onboard_endpoint(server.url, llm, answer_key=key, space=str(tmp_path / "space"), budget=30,
+                                      answer_log=tmp_path / f"{llm}.jsonl", progress=False)
+            answers = {r["question_id"]: r["output"]
+                       for r in map(json.loads, (tmp_path / f"{llm}.jsonl").read_text().splitlines())}
+            # a question whose text another question shares gets the first one's recorded answer
+            twins = {q for q in answers if server.by_text[texts[q]] != q}
+            agree = [key.grade(q, o).label == labels[(llm, q)] for q, o in answers.items()
+                     if (llm, q) in labels and q not in twins]
+            assert report["graded"] == 30 and len(agree) >= 25 and all(agree), llm
+            assert llm in report["new_space"].model_names
