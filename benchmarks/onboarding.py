@@ -64,7 +64,7 @@ def main():
     ap.add_argument("--prices", help="price table for the cost of the questions (default ../shared/data/prices.csv)")
     ap.add_argument("--evaluate", choices=["test", "val"], default="test",
                     help="with --adaptive: score on the test split, or on validation (to choose a setting)")
-    ap.add_argument("--target", choices=["questions", "accuracy"], default="questions",
+    ap.add_argument("--target", choices=["questions", "accuracy"], default="accuracy",
                     help="with --adaptive: what the adaptive questions aim to pin down (model/adaptive.py)")
     args = ap.parse_args()
     if args.adaptive:

@@ -201,6 +201,21 @@ def test_a_bad_key_stops_at_once_and_timeouts_are_counted(world, tmp_path, monke
             _run(world, server, tmp_path / "slow", timeout_s=0.2, retries=0, max_failures=2)
 
 
+def test_a_usd_budget_or_a_narrow_enough_interval_ends_the_run_early(world, tmp_path):
+    from jeirt_ray.routing.prices import question_costs_of
+    prices = (2000.0, 4000.0)
+    costs = question_costs_of(world["space"], prices)
+    budget_usd = 3 * float(np.median(list(costs.values())))
+    with ReplayServer(world["data"]) as server:
+        r = _run(world, server, tmp_path / "usd", price_usd_per_mtok=prices, budget_usd=budget_usd, register=False)
+        assert r["stop_reason"] == "budget_usd" and 3 <= r["graded"] < 20
+        assert r["estimated_cost_usd"] <= budget_usd and r["cost_usd"] > 0
+        r = _run(world, server, tmp_path / "wide", target_width=1.0, register=False)
+        assert r["stop_reason"] == "interval" and r["graded"] == 4  # one batch, then the interval is narrow enough
+    p = world["space"].plan(LLM, {}, 50, price_usd_per_mtok=prices, budget_usd=budget_usd)
+    assert sum(q["cost_usd"] for q in p["questions"]) <= budget_usd and len(p["questions"]) >= 3
+
+
 def test_cli_onboards_from_an_endpoint_and_plans(world, tmp_path):
     from jeirt_ray.cli.main import app
     runner = CliRunner()
@@ -211,9 +226,13 @@ def test_cli_onboards_from_an_endpoint_and_plans(world, tmp_path):
     assert r.exit_code == 0, r.output
     report = json.loads(r.output[r.output.index("{"):])
     assert report["graded"] == 6 and report["cost_usd"] > 0 and report["version"] is None
-    r = runner.invoke(app, ["onboard", "plan", "--model", LLM, "--space", str(world["folder"]), "-k", "4", "--json"])
+    r = runner.invoke(app, ["onboard", "plan", "--model", LLM, "--space", str(world["folder"]), "-k", "4", "--json",
+                            "--price-in", "3", "--price-out", "15"])
     assert r.exit_code == 0, r.output
-    assert len(json.loads(r.output)["questions"]) == 4
+    planned = json.loads(r.output)["questions"]
+    assert len(planned) == 4 and all(q["cost_usd"] > 0 for q in planned)
+    r = runner.invoke(app, ["onboard", "plan", "--model", LLM, "--space", str(world["folder"]), "--budget-usd", "1"])
+    assert r.exit_code == 2 and "--price-in" in r.output
     r = runner.invoke(app, ["onboard", "--model", LLM])
     assert r.exit_code == 2 and "--endpoint" in r.output
 

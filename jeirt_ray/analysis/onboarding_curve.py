@@ -108,7 +108,7 @@ RANDOM_REPEATS = 3  # random orders averaged for the random baseline
 
 def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: list[str], responses: tuple[int, ...],
                    question_cost: np.ndarray | None = None, seed: int = 0, prior: str = "population",
-                   evaluate: str = "test", target: str = "questions") -> list[dict]:
+                   evaluate: str = "test", target: str = "accuracy") -> list[dict]:
     """Per held-out LLM (absent from `blind`, present in `joint`) and response count N: the LLM
     fitted into `blind` from N of its training-split answers, asked adaptively (model/adaptive.py:
     batches of ADAPTIVE_BATCH, the vector refitted between batches, from no answer) or in random
@@ -126,14 +126,16 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     The adaptive reference set is every training-split question: the test split is not read for
     any choice. `evaluate="val"` scores on the validation split instead (for choosing a setting,
     such as the selection's `target`, model/adaptive.py)."""
-    from ..model.adaptive import belief, select
+    from ..model.adaptive import MAX_CANDIDATES, REFERENCE_SAMPLE, belief, select, stratified_sample
     from ..model.onboarding import directions
     from ..routing.outcomes import available_argmax
 
     data = prep.data
     part_q = prep.split.question_part
     part = part_q[data.q_idx]
-    ref_rows = np.flatnonzero(part_q == 0)
+    rng = np.random.default_rng(seed)
+    ref_rows = np.flatnonzero(part_q == 0)  # as model.adaptive.plan: a sample stratified by benchmark
+    ref_rows = ref_rows[stratified_sample(data.benchmarks[ref_rows], REFERENCE_SAMPLE, rng)]
     reference = directions(blind, prep.X[ref_rows])
     test_q = np.flatnonzero(part_q == {"val": 1, "test": 2}[evaluate])
     full = np.full((data.n_questions, data.n_models), np.nan)
@@ -144,7 +146,6 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     p_joint_all = joint.predict_proba(prep.X[test_q])
     joint_col = {n: i for i, n in enumerate(joint.model_names)}
     test_dirs = directions(blind, prep.X[test_q])
-    rng = np.random.default_rng(seed)
     top = max(responses)
     rows = []
     for name in heldout:
@@ -186,6 +187,8 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
         fits = belief(blind, name, None, None, prior, exclude=heldout)
         while len(asked) < min(top, len(pool)):
             cand = np.flatnonzero(free)
+            if len(cand) > MAX_CANDIDATES:  # as model.adaptive.plan
+                cand = np.sort(rng.choice(cand, size=MAX_CANDIDATES, replace=False))
             picked, _ = select([(u[cand], n[cand]) for u, n in pool_dirs], reference, fits,
                                min(ADAPTIVE_BATCH, top - len(asked)), target=target)
             asked += cand[picked].tolist()

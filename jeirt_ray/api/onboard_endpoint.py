@@ -27,6 +27,7 @@ from ..core.secrets import redact
 from ..data.answer_key import AnswerKey
 from ..model.adaptive import DEFAULT_TARGET_WIDTH, plan
 from ..model.onboarding import onboard
+from ..routing.prices import question_costs_of
 from ..tracking.registry import SpaceRegistry
 from .endpoint import AnswerLog, Endpoint, EndpointError, prompt_for
 from .space import Space
@@ -50,7 +51,8 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
                      concurrency: int = 8, timeout_s: float = 120.0, retries: int = 4, backoff_s: float = 1.0,
                      max_tokens: int = 2048,
                      answer_log: str | Path | None = None, max_failures: int | None = None,
-                     price_usd_per_mtok: tuple[float, float] | None = None, register: bool = True,
+                     price_usd_per_mtok: tuple[float, float] | None = None, budget_usd: float | None = None,
+                     register: bool = True,
                      promote: bool = False, replace: bool = False, tracking_uri: str | None = None,
                      seed: int = 0, progress: bool = True) -> dict:
     """Onboard LLM `model` from the endpoint at `url` (module docstring) and return the report:
@@ -60,10 +62,14 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     (nothing is registered; the report's `space` holds the new Space). The key is read from
     `api_key`, else the variable `api_key_env`; `upstream_model`: the name the endpoint expects
     (default: `model`). `max_failures`: failed questions (after retries) that stop the run
-    (default: a fifth of the budget, at least 5)."""
+    (default: a fifth of the budget, at least 5). With `price_usd_per_mtok` (the new LLM's
+    input and output prices), questions are chosen per dollar of their estimated cost, and
+    `budget_usd` caps that estimate over the run."""
     started = time.perf_counter()
     if budget < 1:
         raise ValueError("budget must be at least 1 answer")
+    if budget_usd is not None and price_usd_per_mtok is None:
+        raise ValueError("a budget in USD needs the new LLM's prices (--price-in/--price-out or --prices)")
     key = answer_key if isinstance(answer_key, AnswerKey) else AnswerKey.read(answer_key, answer_kind)
     if api_key is None and api_key_env:
         api_key = os.environ.get(api_key_env)
@@ -76,6 +82,7 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     if not current.question_texts or current.question_embeddings is None:
         raise ValueError("this space stores no question texts and embeddings: retrain it with this version of jeirt")
     texts = dict(zip(current.question_ids, current.question_texts))
+    costs = question_costs_of(current, price_usd_per_mtok)
     gradable = set(current.question_ids) & set(key.answers)
     if not gradable:
         raise ValueError(f"none of the space's {len(texts)} questions is in the answer key {key.source}: "
@@ -89,20 +96,22 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     failed_ids: set[str] = set()
     limit = max_failures if max_failures is not None else max(5, budget // 5)
     batch = batch or concurrency
-    stopped_early = False
+    stop_reason = "budget"
     bar = _bar(budget, len(graded), model, progress)
     try:
         while len(graded) < budget:
             allowed = gradable - set(graded) - failed_ids
+            spent = sum(costs[q] for q in set(graded) | failed_ids) if costs is not None else 0.0
             step = plan(current, model, {q: g.label for q, g in graded.items()}, min(batch, budget - len(graded)),
                         strategy="adaptive" if adaptive else "random", benchmarks=benchmarks,
-                        target_width=target_width or DEFAULT_TARGET_WIDTH, allowed=allowed,
-                        seed=seed + len(graded))
-            if target_width is not None and step.stop:
-                stopped_early = True
+                        target_width=target_width or DEFAULT_TARGET_WIDTH, allowed=allowed, costs=costs,
+                        budget_usd=None if budget_usd is None else budget_usd - spent, seed=seed + len(graded))
+            if target_width is not None and step.stop and graded:
+                stop_reason = "interval"  # the predicted accuracy is known closely enough
                 break
             ask = [q["question_id"] for q in step.questions]
             if not ask:
+                stop_reason = "budget_usd" if budget_usd is not None else "no question left"
                 break
             prompts = {q: prompt_for(key.answers[q][1], texts[q]) for q in ask}
 
@@ -145,7 +154,8 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     report = {
         "model": model, "endpoint": redact(url), "space": str(space), "strategy": "adaptive" if adaptive else "random",
         "graded": len(ids), "correct": int(labels.sum()), "no_answer": sum(g.extracted is None for g in graded.values()),
-        "resumed": min(len(resumed), budget), "failed": dict(failed), "stopped_early": stopped_early,
+        "resumed": min(len(resumed), budget), "failed": dict(failed), "stop_reason": stop_reason,
+        "estimated_cost_usd": None if costs is None else float(sum(costs[q] for q in ids)),
         "predicted": summary.predicted, "interval_width": summary.interval_width,
         "tokens": {"input": int(tokens_in), "output": int(tokens_out)},
         "cost_usd": None if price_usd_per_mtok is None else

@@ -21,7 +21,7 @@ from ..tracking.registry import SpaceRegistry
 from ..encoders import QuestionEncoder, make_encoder
 from ..model.space import CoreSpace
 from ..routing.decisions import DEFAULT_TOP_K, PolicyName, RouteDecision
-from ..routing.prices import LLMPrices, PriceTable, resolve_prices
+from ..routing.prices import LLMPrices, PriceTable, question_costs_of, resolve_prices
 from ..routing.router import SpaceRouter
 
 log = logging.getLogger("jeirt.api")
@@ -168,14 +168,19 @@ class Space(CoreSpace):
         return Space.from_core(onboard(self, name, x, labels, holdout=holdout, seed=seed).space)
 
     def plan(self, name: str, answered: dict[str, float] | None = None, k: int = 10, *, adaptive: bool = True,
-             benchmarks: Sequence[str] | None = None, target_width: float = 0.04) -> dict:
+             benchmarks: Sequence[str] | None = None, target_width: float = 0.04,
+             price_usd_per_mtok: tuple[float, float] | None = None, budget_usd: float | None = None) -> dict:
         """The next `k` of the space's questions to ask a new LLM `name`, given its graded answers
         so far ({question id: label in [0, 1]}), as `POST /v1/onboard/plan` answers: `questions`
-        (question_id, benchmark, gain), `predicted` (its accuracy overall and per benchmark, with
-        90% intervals), `interval_width` and `stop` (narrower than `target_width`: ask no more)."""
+        (question_id, benchmark, gain, cost_usd), `predicted` (its accuracy overall and per
+        benchmark, with 90% intervals), `interval_width` and `stop` (narrower than `target_width`:
+        ask no more). With the new LLM's `price_usd_per_mtok` (input, output), each question's cost
+        is estimated (`routing.prices.question_costs_of`) and the most telling questions per dollar
+        are chosen, within `budget_usd` when given."""
         from ..model.adaptive import plan
         return plan(self, name, dict(answered or {}), k, strategy="adaptive" if adaptive else "random",
-                    benchmarks=list(benchmarks) if benchmarks else None, target_width=target_width).to_dict()
+                    benchmarks=list(benchmarks) if benchmarks else None, target_width=target_width,
+                    costs=question_costs_of(self, price_usd_per_mtok), budget_usd=budget_usd).to_dict()
 
 
 PricesLike = Union[str, Path, PriceTable, None]

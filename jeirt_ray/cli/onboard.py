@@ -59,6 +59,8 @@ def onboard_cmd(ctx: typer.Context,
                 upstream_model: Optional[str] = typer.Option(None, help="the model name the endpoint expects"),
                 space: str = SpaceOpt,
                 budget: int = typer.Option(50, "--budget", help="answers to grade"),
+                budget_usd: Optional[float] = typer.Option(None, help="with the new LLM's prices: spend at most "
+                                                           "this on questions (estimated before asking)"),
                 adaptive: bool = typer.Option(True, "--adaptive/--random", help="choose each batch of questions "
                                               "by what the answers so far leave uncertain, or at random"),
                 benchmark: Optional[list[str]] = BenchOpt,
@@ -96,7 +98,7 @@ def onboard_cmd(ctx: typer.Context,
                 api_key_env=api_key_env, upstream_model=upstream_model, answer_kind=answer_kind, benchmarks=benchmark,
                 target_width=target_width, concurrency=concurrency, timeout_s=timeout, retries=retries,
                 max_tokens=max_tokens, answer_log=answer_log, price_usd_per_mtok=_prices(prices, price_in, price_out, model),
-                register=register, promote=promote, replace=replace)
+                budget_usd=budget_usd, register=register, promote=promote, replace=replace)
         except (EndpointError, OnboardingStopped) as e:
             console.print(f"[red]{e}[/red]", highlight=False, soft_wrap=True)
             raise typer.Exit(1)
@@ -113,6 +115,10 @@ def onboard_cmd(ctx: typer.Context,
                   f"{report['wall_seconds']:.1f} s")
     if report["version"] is not None:
         console.print(f"registered as version {report['version']} of {report['registered_as']}")
+    up = {"url": report["endpoint"], **({"model": upstream_model} if upstream_model else {}),
+          **({"api_key_env": api_key_env} if api_key_env else {})}
+    console.print("to route chat to it, add to the Router's user_config.upstreams in your Serve config:\n"
+                  f"  {model}: {json.dumps(up)}", highlight=False, soft_wrap=True)
 
 
 @onboard_app.command("plan")
@@ -124,6 +130,10 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
              adaptive: bool = typer.Option(True, "--adaptive/--random"),
              benchmark: Optional[list[str]] = BenchOpt,
              target_width: float = typer.Option(0.04, "--target-width", help="the stopping rule's interval width"),
+             price_in: Optional[float] = typer.Option(None, help="the new LLM's USD per million input tokens: "
+                                                      "questions are then chosen per dollar"),
+             price_out: Optional[float] = typer.Option(None, help="its USD per million output tokens"),
+             budget_usd: Optional[float] = typer.Option(None, help="with the prices: plan at most this much"),
              out: Optional[Path] = typer.Option(None, "--out", help="also write the planned questions (id, "
                                                 "benchmark, text) to this CSV"),
              as_json: bool = typer.Option(False, "--json", help="print the plan as JSON")):
@@ -132,6 +142,7 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
     from ..api.space import Space
     from ..data.tables import read_table
     from ..model.adaptive import plan
+    from ..routing.prices import question_costs_of
     with expected_failures():
         s = Space.load(space)
         done: dict[str, float] = {}
@@ -140,8 +151,11 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
             if not {"question_id", "label"} <= set(table.columns):
                 raise ValueError(f"{answered}: needs the columns question_id, label; found {list(table.columns)}")
             done = {str(q): float(y) for q, y in zip(table["question_id"], table["label"])}
+        prices = _prices(None, price_in, price_out, model)
+        if budget_usd is not None and prices is None:
+            raise ValueError("--budget-usd needs --price-in/--price-out (the new LLM's prices)")
         result = plan(s, model, done, k, strategy="adaptive" if adaptive else "random", benchmarks=benchmark,
-                      target_width=target_width)
+                      target_width=target_width, costs=question_costs_of(s, prices), budget_usd=budget_usd)
     if out is not None:
         import pandas as pd
         texts = dict(zip(s.question_ids, s.question_texts)) if s.question_texts else {}
@@ -153,4 +167,5 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
     verdict = "stop: the interval is narrower than the target" if result.stop else "ask more"
     console.print(f"interval width {result.interval_width:.3f} (target {target_width:g}): {verdict}")
     for q in result.questions:
-        console.print(f"{q['question_id']}\t{q['benchmark']}")
+        cost = "" if q["cost_usd"] is None else f"\t{q['cost_usd']:.6f} USD"
+        console.print(f"{q['question_id']}\t{q['benchmark']}{cost}")

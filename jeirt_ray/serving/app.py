@@ -318,11 +318,16 @@ class Router:
         """The next questions of the served space to ask a new LLM, from its graded answers so far,
         and its predicted accuracy per benchmark with intervals (a key with the `onboard` scope)."""
         from ..model.adaptive import plan
+        from ..routing.prices import question_costs_of
         core = self.live.current()
+        if body.budget_usd is not None and body.price_usd_per_mtok is None:
+            raise HTTPException(409, "budget_usd needs price_usd_per_mtok (the new LLM's prices) to cost questions")
         try:
+            costs = question_costs_of(core.space, tuple(body.price_usd_per_mtok) if body.price_usd_per_mtok else None)
             result = await asyncio.to_thread(
                 plan, core.space, body.model, {a.question_id: a.label for a in body.answered}, body.k,
-                strategy=body.strategy, benchmarks=body.benchmarks, target_width=body.target_width)
+                strategy=body.strategy, benchmarks=body.benchmarks, target_width=body.target_width, costs=costs,
+                budget_usd=body.budget_usd)
         except KeyError as e:
             raise HTTPException(404, str(e.args[0]))
         except (ValueError, TypeError) as e:  # no stored questions; not a JE-IRT space

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
@@ -69,8 +69,20 @@ class PlanRequest(BaseModel):
                                          description="ask and predict only within these benchmarks")
     target_width: float = Field(0.04, gt=0, le=1, description="stop once the 90% interval of the predicted "
                                                               "accuracy is narrower")
+    price_usd_per_mtok: list[Annotated[float, Field(ge=0, lt=1e9)]] | None = Field(None, min_length=2, max_length=2, description="the new LLM's "
+                                                   "USD per million input and output tokens: questions are then "
+                                                   "chosen per dollar, with their estimated cost")
+    budget_usd: float | None = Field(None, ge=0, description="with price_usd_per_mtok: plan at most this much")
 
-    _numbers = field_validator("k", "target_width", mode="before")(_a_number)
+    _numbers = field_validator("k", "target_width", "budget_usd", mode="before")(_a_number)
+
+    @field_validator("price_usd_per_mtok", mode="before")
+    @classmethod
+    def _prices(cls, v):
+        if isinstance(v, list):
+            for p in v:
+                _a_number(p)
+        return v
 
 
 class PlannedQuestion(BaseModel):
