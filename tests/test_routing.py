@@ -220,3 +220,14 @@ def test_a_mixing_policy_is_kept_only_when_its_gain_is_clear():
     policy, _, evidence = choose_policy(signals, _signals(400, informative=True)[1], candidates,
                                         held_out=[(bad, bad_labels)])
     assert policy.name == "argmax" and evidence["held_out_gain_ci95"][0] < 0
+
+
+def test_a_huge_cost_weight_keeps_scores_finite():
+    """Found by the fuzzer: cost_weight 1.6e308 x a cost overflowed to -inf, which JSON carries as
+    null where the schema promises a number."""
+    from jeirt_ray.routing.costs import cost_weighted_choice, cost_weighted_scores
+    p = np.array([[0.6, 0.5, 0.4]])
+    costs = np.array([257.0, 0.0, 3.0])
+    scores = cost_weighted_scores(p, costs, 1.584274126704583e308)
+    assert np.isfinite(scores).all() and scores[0, 1] == 0.5
+    assert cost_weighted_choice(p, costs, 1.584274126704583e308).tolist() == [1]  # the free one

@@ -86,11 +86,20 @@ def load_costs(table: dict[str, float], models: list[str] | np.ndarray, origin: 
     return costs
 
 
+def cost_weighted_scores(p: np.ndarray, costs: np.ndarray, weight: float) -> np.ndarray:
+    """p - weight * cost, kept finite: a weight x cost beyond the float range (a client may send
+    any weight) counts as the most negative float, not -inf (which JSON cannot carry)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        scores = p - weight * (costs if costs.ndim == 2 else costs[None, :])
+    return np.nan_to_num(scores, nan=-np.finfo(np.float64).max, neginf=-np.finfo(np.float64).max,
+                         posinf=np.finfo(np.float64).max)
+
+
 def cost_weighted_choice(p: np.ndarray, costs: np.ndarray, weight: float,
                          available: np.ndarray | None = None) -> np.ndarray:
     """The `cost_weighted` rule: per row, the LLM with the highest p - weight * cost (among the
     available ones); `costs` per LLM (M,) or per query and LLM (n, M)."""
-    scores = p - weight * (costs if costs.ndim == 2 else costs[None, :])
+    scores = cost_weighted_scores(p, costs, weight)
     return scores.argmax(1) if available is None else available_argmax(scores, available)
 
 

@@ -22,7 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .costs import cheapest_within_margin, cost_weighted_choice
+from .costs import cheapest_within_margin, cost_weighted_choice, cost_weighted_scores
 from .decisions import DEFAULT_TOP_K, POLICIES, RouteDecision
 from .outcomes import available_argmax
 from .policies import Policy, SignalBuilder
@@ -167,7 +167,7 @@ class SpaceRouter:
             return (lambda available: available_argmax(p, available)), p
         if policy in ("cost_weighted", "budget"):
             w = cost_weight if policy == "cost_weighted" else self.budget_weight(budget_per_1k)
-            return (lambda available: cost_weighted_choice(p, cost, w, available)), p - w * cost
+            return (lambda available: cost_weighted_choice(p, cost, w, available)), cost_weighted_scores(p, cost, w)
         if policy == "quality_target":
             def choose(available):
                 best = np.where(available, p, -np.inf).max(1, keepdims=True)
