@@ -73,11 +73,8 @@ def main():
     data = load_data(dataset_path(args.data, "mmlu_pro"))
     prep = prepare(data, make_encoder(args.encoder), seed=args.split_seed, cache_root=paths.cache_dir())
     rng = np.random.default_rng(args.split_seed)
-    if args.pick == "strongest":  # chosen on training questions only: the test split stays unread
-        train = prep.split.question_part[data.q_idx] == 0
-        rates = np.bincount(data.m_idx[train], data.labels[train], data.n_models) / \
-            np.maximum(np.bincount(data.m_idx[train], minlength=data.n_models), 1)
-        held = sorted(data.models[np.argsort(-rates)[:args.heldout]].tolist())
+    if args.pick == "strongest":
+        held = sorted(strongest_first(data, prep)[:args.heldout])
     else:
         held = sorted(rng.choice(data.models, size=args.heldout, replace=False).tolist())
     config = fixed_config("jeirt")
@@ -114,22 +111,27 @@ def main():
                                   "dim": config.dim}})
 
 
+def strongest_first(data, prep) -> list[str]:
+    """The LLMs by accuracy on the training questions, best first (the test split stays unread)."""
+    train = prep.split.question_part[data.q_idx] == 0
+    rates = np.bincount(data.m_idx[train], data.labels[train], data.n_models) / \
+        np.maximum(np.bincount(data.m_idx[train], minlength=data.n_models), 1)
+    return data.models[np.argsort(-rates)].tolist()
+
+
 def held_out_groups(data, prep, folder, rng, strongest: int = 3, random: int = 3) -> dict[str, list[str]]:
     """The held-out LLMs by group: those the dataset can replay, the strongest on the training
     questions (the test split stays unread), and some more at random; each LLM in one group."""
     outputs = folder / "outputs"
     replay = sorted(m for m in data.models.tolist() if (outputs / f"{m}.jsonl.gz").exists()) if outputs.is_dir() else []
-    train = prep.split.question_part[data.q_idx] == 0
-    rates = np.bincount(data.m_idx[train], data.labels[train], data.n_models) / \
-        np.maximum(np.bincount(data.m_idx[train], minlength=data.n_models), 1)
-    strong = [m for m in data.models[np.argsort(-rates)].tolist() if m not in replay][:strongest]
+    strong = [m for m in strongest_first(data, prep) if m not in replay][:strongest]
     rest = [m for m in data.models.tolist() if m not in replay and m not in strong]
     groups = {"replayed": replay, "strongest": strong,
               "random": sorted(rng.choice(rest, size=min(random, len(rest)), replace=False).tolist())}
     return {k: v for k, v in groups.items() if v}
 
 
-def question_costs(data, folder, prices_file) -> tuple[np.ndarray | None, str]:
+def cost_table(data, folder, prices_file) -> tuple[np.ndarray | None, str]:
     """(Q, M) USD of asking each question to each LLM: its price x (input tokens of the text +
     its recorded answer tokens, else the default answer length); None without a price table."""
     from jeirt_ray.routing.prices import (DEFAULT_OUTPUT_TOKENS, PriceTable, cost_matrix, read_answer_tokens,
@@ -154,7 +156,7 @@ def adaptive_main(args):
     data = load_data(folder)
     responses = tuple(args.responses or (10, 25, 50, 100, 200))
     seeds = args.split_seeds or [args.split_seed]
-    costs, cost_note = question_costs(data, folder, args.prices)
+    costs, cost_note = cost_table(data, folder, args.prices)
     config = fixed_config("jeirt")
     units, runs = [], []
     for seed in seeds:
@@ -190,13 +192,11 @@ def adaptive_main(args):
         "accuracy_mae_within_2_points_at_50": a.get("accuracy_mae", np.inf) <= 2.0,
         "adaptive_not_worse_than_random_at_every_n": all(
             c["adaptive"]["gap_to_joint"] <= c["random"]["gap_to_joint"] for c in curve.values()
-            if isinstance(c, dict) and "adaptive" in c and "random" in c),
+            if "adaptive" in c and "random" in c),
         "adaptive_better_at_n_le_50_interval": all(
             c["adaptive_minus_random_gap"]["ci95"][1] < 0 for n, c in curve.items()
-            if n.isdigit() and int(n) <= 50 and "adaptive_minus_random_gap" in c)}
+            if int(n) <= 50 and "adaptive_minus_random_gap" in c)}
     for n, c in curve.items():
-        if not n.isdigit():
-            continue
         print(n, {h: {k: round(v, 3) if isinstance(v, float) else v for k, v in c[h].items()}
                   for h in ("adaptive", "random") if h in c}, flush=True)
     write_json(args.out, {"data": data.name, "split_seeds": seeds, "responses": list(responses), "prior": args.prior,

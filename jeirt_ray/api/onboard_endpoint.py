@@ -87,6 +87,9 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     if not gradable:
         raise ValueError(f"none of the space's {len(texts)} questions is in the answer key {key.source}: "
                          f"is it the key of the data the space was trained on?")
+    if len(gradable) < len(texts):
+        log.warning("%d of the space's %d questions are not in the answer key %s: only the other %d are asked",
+                    len(texts) - len(gradable), len(texts), key.source, len(gradable))
     endpoint = Endpoint(url, upstream_model or model, api_key, concurrency=concurrency, timeout_s=timeout_s,
                         retries=retries, max_tokens=max_tokens, backoff_s=backoff_s)
     answers = AnswerLog(answer_log or default_log(model))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .onboarding import PRIORS, RowFit, directions, fit_row
+from .onboarding import RowFit, directions, fit_row, member_priors
 from .space import CoreSpace
 
 DEFAULT_TARGET_WIDTH = 0.04  # stop when the 90% interval of the predicted accuracy is narrower
@@ -50,17 +50,12 @@ def belief(space: CoreSpace, name: str, x: np.ndarray | None, labels: np.ndarray
     """Per member, the posterior of LLM `name`'s vector from its labels on questions with encoder
     embeddings `x` (none: the prior). The prior is built from the other LLMs of the space, less
     those in `exclude` (e.g. LLMs held out of its training, whose vectors were never fitted)."""
-    if prior not in PRIORS:
-        raise ValueError(f"unknown prior {prior!r}: one of {sorted(PRIORS)}")
-    known = [i for i, m in enumerate(space.model_names) if m != name and m not in exclude] \
-        or list(range(len(space.model_names)))
     labels = np.zeros(0) if labels is None else np.asarray(labels, dtype=np.float64)
     dirs = directions(space, x) if len(labels) else None
     fits = []
-    for i in range(len(space.members)):
-        table = space.model_vectors(i)[known]
-        u, norm = dirs[i] if dirs else (np.zeros((0, table.shape[1])), np.zeros(0))
-        fits.append(fit_row(u, norm, labels, *PRIORS[prior](table)))
+    for i, (mean, cov) in enumerate(member_priors(space, name, prior, exclude)):
+        u, norm = dirs[i] if dirs else (np.zeros((0, len(mean))), np.zeros(0))
+        fits.append(fit_row(u, norm, labels, mean, cov))
     return fits
 
 
@@ -88,7 +83,8 @@ def select(candidates: list[tuple[np.ndarray, np.ndarray]], reference: list[tupl
             g = (r * (pr * (1 - pr))[:, None]).mean(0)
             m = np.outer(g, g)
         a = u @ cov  # (n, d): S u for every candidate
-        w = (lambda p: p * (1 - p))(_sigmoid(u @ f.theta - norm))
+        pc = _sigmoid(u @ f.theta - norm)
+        w = pc * (1 - pc)
         s = (a * u).sum(1)  # u'Su
         t = ((a @ m) * a).sum(1)  # u'SMSu
         state.append([u, m, a, w, s, t])
@@ -151,13 +147,12 @@ def accuracy_draws(reference: list[tuple[np.ndarray, np.ndarray]], fits: list[Ro
         p_draw = p_draw + _sigmoid(r[sample] @ thetas - rnorm[sample][:, None])
     p_mode, p_draw = p_mode / len(fits), p_draw / len(fits)
     shift = p_draw - p_mode[sample][:, None]  # (sample, draws)
-    labels = np.full(n, "overall") if groups is None else groups
     point = {"overall": float(p_mode.mean())}
     samples = {"overall": point["overall"] + shift.mean(0)}
     if groups is not None:
         for g in dict.fromkeys(groups.tolist()):
-            point[g] = float(p_mode[labels == g].mean())
-            samples[g] = point[g] + shift[labels[sample] == g].mean(0)
+            point[g] = float(p_mode[groups == g].mean())
+            samples[g] = point[g] + shift[groups[sample] == g].mean(0)
     return point, samples
 
 
@@ -244,7 +239,8 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     if strategy == "adaptive" and (k == 0 or not len(cand_rows)):
         picked, gains = [], []
     elif strategy == "adaptive":
-        cand = directions(space, x[cand_rows])
+        at = np.searchsorted(ref_rows, cand_rows)  # the candidates are reference questions: no second forward
+        cand = [(r[at], n[at]) for r, n in reference]
         picked, gains = select(cand, [(r[sample], n[sample]) for r, n in reference], fits, k, cost_of, budget_usd,
                                target=target)
     else:

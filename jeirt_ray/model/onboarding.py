@@ -84,6 +84,16 @@ def isotropic_prior(table: np.ndarray) -> tuple[np.ndarray, float]:
 PRIORS = {"population": population_prior, "isotropic": isotropic_prior}
 
 
+def member_priors(space: CoreSpace, name: str, prior: str = "population", exclude: list[str] | tuple = ()) -> list:
+    """Per member, the prior (mean, covariance) of LLM `name`'s vector, built by `PRIORS[prior]`
+    from the space's other LLMs less those in `exclude` (LLMs held out of training: never fitted)."""
+    if prior not in PRIORS:
+        raise ValueError(f"unknown prior {prior!r}: one of {sorted(PRIORS)}")
+    known = [i for i, m in enumerate(space.model_names) if m != name and m not in exclude] \
+        or list(range(len(space.model_names)))
+    return [PRIORS[prior](space.model_vectors(i)[known]) for i in range(len(space.members))]
+
+
 @dataclass
 class Onboarded:
     space: CoreSpace  # the space with the LLM added (or updated)
@@ -102,17 +112,11 @@ def onboard(space: CoreSpace, name: str, x: np.ndarray, labels: np.ndarray, *, h
     from the space's other LLMs less those in `exclude` (LLMs held out of training: never fitted)."""
     import time
 
-    if prior not in PRIORS:
-        raise ValueError(f"unknown prior {prior!r}: one of {sorted(PRIORS)}")
     labels = np.asarray(labels, dtype=np.float64)
     if len(labels) == 0:
         raise ValueError("no responses to fit")
-    known = [i for i, m in enumerate(space.model_names) if m != name and m not in exclude] \
-        or list(range(len(space.model_names)))
     dirs = directions(space, x)
-    priors = []
-    for i in range(len(space.members)):
-        priors.append(PRIORS[prior](space.model_vectors(i)[known]))
+    priors = member_priors(space, name, prior, exclude)
 
     report: dict = {"model": name, "responses": int(len(labels)), "members": len(space.members)}
     rng = np.random.default_rng(seed)
