@@ -98,10 +98,19 @@ def ray_cluster():
         yield
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Ray's fixed default ports: a port picked for something else before a Ray node starts must not be
+# one of them (CI once drew 52365 for a head's dashboard, and the node's agent then collided with it)
+RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365}
+
+
+def free_port(taken: set[int] = frozenset()) -> int:
+    """A free loopback port, none of Ray's fixed defaults nor any in `taken`."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_DEFAULT_PORTS and port not in taken:
+            return port
 
 
 def local_serve_config(path: Path, edit=None, cpus: float | None = None, **args) -> Path:

@@ -130,7 +130,7 @@ def nodes(head_cpus: float = 1, workers: int = 1, worker_cpus: float = 1, env: d
     cluster = None
     try:
         cluster = Cluster(initialize_head=True, shutdown_at_exit=False, head_node_args={
-            **node_args, "num_cpus": head_cpus, "include_dashboard": True, "dashboard_port": _free_port(),
+            **node_args, "num_cpus": head_cpus, "include_dashboard": True, "dashboard_port": _free_port({gcs_port}),
             "gcs_server_port": gcs_port, **({"_system_config": system_config} if system_config else {}), **head_args})
         handle = Nodes(cluster, temp_dir, node_args)
         for _ in range(workers):
