@@ -101,3 +101,32 @@ def test_report_on_synthetic_data(tmp_path, synthetic):
     assert cost["aiq_jeirt"] >= cost["aiq_single_llms"]
     assert 0 <= cost["cpt"]["cpt_50"] <= cost["cpt"]["cpt_80"] <= 1
     assert res["onboarding"]["mean"]["random"]["1"] > res["onboarding"]["mean"]["random"]["0.01"] - 0.02
+
+
+def test_response_curve_scores_adaptive_and_random_onboarding_with_intervals(synthetic):
+    """The issue-35 curve on planted data: each held-out LLM fitted into a space trained without
+    it, from N answers; the 90% interval of its predicted accuracy narrows as N grows, and its
+    coverage and width reach the summary."""
+    import dataclasses
+    from jeirt_ray.analysis.onboarding_curve import response_curve, summarise_curve
+    from jeirt_ray.encoders import HashingEncoder
+    from jeirt_ray.experiments.methods import train_space
+    from jeirt_ray.experiments.prepare import prepare
+    from jeirt_ray.model.train import TrainConfig
+    prep = prepare(synthetic, HashingEncoder(384), progress=False)
+    config = TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=60)
+    joint = train_space(prep, config, members=1, progress=False)
+    held = synthetic.models[:2].tolist()
+    blind = train_space(dataclasses.replace(prep, split=dataclasses.replace(prep.split, heldout_models=held)),
+                        config, members=1, progress=False)
+    rows = response_curve(prep, joint, blind, held, (5, 40))
+    assert [r["model"] for r in rows] == held
+    for r in rows:
+        for how in ("adaptive", "random"):
+            few, many = r[how]["5"], r[how]["40"]
+            assert 0 < many["interval_width"] < few["interval_width"] < 100
+            assert 0 <= few["interval_covers"] <= 1 and 0 <= many["accuracy_error"] <= 100
+    curve = summarise_curve([{**r, "split_seed": 0} for r in rows], (5, 40))
+    assert curve["40"]["adaptive"]["units"] == 2
+    assert 0 <= curve["40"]["adaptive"]["interval_coverage"] <= 1
+    assert curve["40"]["random"]["interval_width"] < curve["5"]["random"]["interval_width"]

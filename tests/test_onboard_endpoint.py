@@ -140,8 +140,54 @@ def test_adaptive_questions_narrow_the_interval_faster_than_random_ones(world):
             for r in range(5):
                 nxt = plan(space, LLM, answered, 6, strategy=strategy, seed=seed * 100 + r).questions
                 answered |= {q["question_id"]: labels[q["question_id"]] for q in nxt}
-            widths[strategy].append(plan(space, LLM, answered, 0, seed=seed).interval_width)
+            widths[strategy].append(plan(space, LLM, answered, 0, seed=seed).predicted["overall"]["vector_width"])
     assert all(a < r for a, r in zip(widths["adaptive"], widths["random"])), widths
+
+
+def test_intervals_add_the_spaces_own_error_which_answers_do_not_narrow(world):
+    """The space measured its error on an LLM's accuracy on validation when it was trained; the
+    reported intervals hold it on top of the vector's, and a space without it reports the
+    vector's alone."""
+    space, labels = world["space"], world["labels"]
+    error = space.metadata["accuracy_error"]
+    assert error["llms"] == world["prep"].data.n_models and set(error["groups"]) <= set(world["prep"].data.benchmarks)
+    answered = {q: labels[q] for q in space.question_ids[:200]}
+    with_error = plan(space, LLM, answered, 0).predicted["overall"]
+    assert with_error["high"] - with_error["low"] > with_error["vector_width"] > 0
+    space.metadata["accuracy_error"] = {"overall": None, "groups": {}}
+    try:
+        alone = plan(space, LLM, answered, 0).predicted["overall"]
+    finally:
+        space.metadata["accuracy_error"] = error
+    assert alone["high"] - alone["low"] == pytest.approx(alone["vector_width"], rel=0.2)
+    assert alone["vector_width"] == pytest.approx(with_error["vector_width"])
+
+
+class _ConstantSpace:
+    """P(correct) = 0.6 for every LLM and question."""
+
+    def predict_proba(self, x):
+        return np.full((len(x), 40), 0.6)
+
+
+def test_space_error_recovers_a_planted_error_on_the_accuracy():
+    """40 LLMs whose true accuracy is 0.6 + N(0, 0.05), 400 answers each, predicted 0.6 for all:
+    the error found is the planted one (its root mean square over these 40), once the answers' own
+    binomial noise (0.024 each) is taken out."""
+    from jeirt_ray.model.adaptive import space_error
+    rng = np.random.default_rng(0)
+    truth = 0.6 + rng.normal(0, 0.05, 40)
+    q = np.tile(np.arange(400), 40)
+    m = np.repeat(np.arange(40), 400)
+    y = (rng.random(len(q)) < truth[m]).astype(float)
+    groups = np.where(np.arange(400) < 200, "a", "b")
+    error = space_error(_ConstantSpace(), np.zeros((400, 3)), q, m, y, groups)
+    assert error["llms"] == 40 and error["answers"] == 16000
+    planted = float(np.sqrt(np.mean((truth - 0.6) ** 2)))
+    assert error["overall"] == pytest.approx(planted, abs=0.006) and set(error["groups"]) == {"a", "b"}
+    assert all(v == pytest.approx(planted, abs=0.012) for v in error["groups"].values())
+    none = space_error(_ConstantSpace(), np.zeros((400, 3)), q, m, (rng.random(len(q)) < 0.6).astype(float))
+    assert none["overall"] < 0.015  # no planted error: (nearly) nothing left once the noise is out
 
 
 # ---- from an endpoint --------------------------------------------------------------------------

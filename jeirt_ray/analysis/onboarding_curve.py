@@ -119,14 +119,19 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     - `prediction_accuracy` (and `joint_prediction_accuracy`): how well its P(correct) predicts its
       own test answers;
     - `accuracy_error`: |its predicted accuracy (mean P over its test questions) - its test
-      accuracy|, overall and per benchmark (`benchmark_errors`);
+      accuracy|, overall and per benchmark (`benchmark_errors`); `interval_covers`: whether the
+      90% interval of that prediction as `jeirt onboard` reports it (model/adaptive.py: the
+      vector's posterior and the blind space's own error), widened by the binomial noise of the
+      test sample, holds the test accuracy; `vector_covers`: the same for the vector's interval
+      alone; `interval_width`: the reported interval's width (points);
     - `cost_usd`: what its N questions cost (`question_cost[q, m]`: USD of asking question q to
       LLM m).
 
     The adaptive reference set is every training-split question: the test split is not read for
     any choice. `evaluate="val"` scores on the validation split instead (for choosing a setting,
     such as the selection's `target`, model/adaptive.py)."""
-    from ..model.adaptive import MAX_CANDIDATES, REFERENCE_SAMPLE, belief, select, stratified_sample
+    from ..model.adaptive import (MAX_CANDIDATES, REFERENCE_SAMPLE, accuracy_intervals, belief, select,
+                                  stratified_sample)
     from ..model.onboarding import directions
     from ..routing.outcomes import available_argmax
 
@@ -147,6 +152,7 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     joint_col = {n: i for i, n in enumerate(joint.model_names)}
     test_dirs = directions(blind, prep.X[test_q])
     top = max(responses)
+    space_sd = (blind.metadata.get("accuracy_error") or {}).get("overall") or 0.0  # measured without the held-out LLMs
     rows = []
     for name in heldout:
         m = int(np.flatnonzero(data.models == name)[0])
@@ -170,13 +176,22 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
 
         def score(fits) -> dict:
             p_new = np.mean([1 / (1 + np.exp(-(u @ f.theta - n))) for (u, n), f in zip(test_dirs, fits)], axis=0)
+            # the interval as reported (the vector and the space's error), and, to judge it against a
+            # test accuracy measured on a sample, each widened by that sample's binomial noise
+            asked = [(u[seen], n[seen]) for u, n in test_dirs]
+            noise = float(np.sqrt((p_new[seen] * (1 - p_new[seen])).mean() / seen.sum()))
+            shown = accuracy_intervals(asked, fits, seed=seed, error={"overall": space_sd})["overall"]
+            band = accuracy_intervals(asked, fits, seed=seed, error={"overall": np.hypot(space_sd, noise)})["overall"]
+            vector = accuracy_intervals(asked, fits, seed=seed, error={"overall": noise})["overall"]
             choice = available_argmax(np.column_stack([p_blind, p_new]), avail)
             errors = {b: abs(float(p_new[seen][bench == b].mean() - truth[bench == b].mean())) * 100
                       for b in dict.fromkeys(bench.tolist())}
             return {"routing_accuracy": float(np.nanmean(labels[np.arange(len(test_q)), choice])),
                     "prediction_accuracy": float(((p_new[seen] > 0.5) == (truth > 0.5)).mean()),
                     "accuracy_error": abs(float(p_new[seen].mean() - truth.mean())) * 100,
-                    "benchmark_errors": errors}
+                    "interval_covers": float(band["low"] <= truth.mean() <= band["high"]),
+                    "vector_covers": float(vector["low"] <= truth.mean() <= vector["high"]),
+                    "interval_width": (shown["high"] - shown["low"]) * 100, "benchmark_errors": errors}
 
         def cost(rows_asked) -> float | None:
             return None if question_cost is None else float(question_cost[data.q_idx[rows_asked], m].sum())
@@ -228,7 +243,9 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
     `split_seed`): per N and strategy, `gap_to_joint` (points of routing accuracy below joint
     training, mean over units), `worst_gap` (the worst held-out LLM, its mean over split seeds),
     `worst_unit_gap`, `prediction_gap` (points of prediction accuracy below joint), `accuracy_mae`
-    and `benchmark_mae` (points), `cost_usd` (mean per LLM); `joint_accuracy_mae`, the joint
+    and `benchmark_mae` (points), `interval_coverage` (share of units whose 90% interval holds the
+    test accuracy; `vector_interval_coverage`: of the vector's interval alone) and `interval_width`
+    (points), `cost_usd` (mean per LLM); `joint_accuracy_mae`, the joint
     space's own error on the accuracies (a floor for accuracy_mae, the same at every N); and per N the paired difference
     adaptive - random in gap (negative: adaptive is closer to joint) with a 95% bootstrap
     interval over units."""
@@ -252,6 +269,9 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
                                                  * 100 for u in have])),
                 "accuracy_mae": float(np.mean([u[how][key]["accuracy_error"] for u in have])),
                 "benchmark_mae": float(np.mean([e for u in have for e in u[how][key]["benchmark_errors"].values()])),
+                "interval_coverage": float(np.mean([u[how][key]["interval_covers"] for u in have])),
+                "vector_interval_coverage": float(np.mean([u[how][key]["vector_covers"] for u in have])),
+                "interval_width": float(np.mean([u[how][key]["interval_width"] for u in have])),
                 "cost_usd": float(np.mean(costs)) if costs else None, "units": len(have),
                 "joint_accuracy_mae": float(np.mean([u["joint_accuracy_error"] for u in have]))}
         paired = [u for u in units if key in u["adaptive"] and key in u["random"]]

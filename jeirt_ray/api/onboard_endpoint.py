@@ -7,8 +7,8 @@
 Rounds of `batch` questions (default: the concurrency): the next questions are planned from the
 answers graded so far (model/adaptive.py; or in a seeded random order), asked (api/endpoint.py),
 graded with the answer key (data/answer_key.py) and written to the answer log as they arrive, until
-`budget` answers are graded, or the predicted accuracy's interval is narrower than `target_width`
-(when given). Then the LLM's vector is fitted, and only then is a new version registered: a run
+`budget` answers are graded, or the vector's part of the predicted accuracy's interval (what more
+answers narrow) is narrower than `target_width` (when given). Then the LLM's vector is fitted, and only then is a new version registered: a run
 that stops early (the endpoint fails too often, Ctrl-C) registers nothing and resumes from its log.
 """
 

@@ -173,8 +173,9 @@ class Space(CoreSpace):
         """The next `k` of the space's questions to ask a new LLM `name`, given its graded answers
         so far ({question id: label in [0, 1]}), as `POST /v1/onboard/plan` answers: `questions`
         (question_id, benchmark, gain, cost_usd), `predicted` (its accuracy overall and per
-        benchmark, with 90% intervals), `interval_width` and `stop` (narrower than `target_width`:
-        ask no more). With the new LLM's `price_usd_per_mtok` (input, output), each question's cost
+        benchmark, with 90% intervals that hold the space's own error, and each interval's
+        `vector_width`, the part more answers narrow), `interval_width` and `stop` (the vector's
+        part narrower than `target_width`: ask no more). With the new LLM's `price_usd_per_mtok` (input, output), each question's cost
         is estimated (`routing.prices.question_costs_of`) and the most telling questions per dollar
         are chosen, within `budget_usd` when given."""
         from ..model.adaptive import plan

@@ -18,8 +18,8 @@ onboard_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
 SpaceOpt = typer.Option("models:/demo@champion", "--space", help="the space: models:/<name>@<alias>, "
                         "models:/<name>/<version>, or a saved folder")
 BenchOpt = typer.Option(None, "--benchmark", help="ask (and predict) only within this benchmark; repeat for more")
-WidthOpt = typer.Option(None, "--target-width", help="stop asking once the 90%% interval of the predicted "
-                        "accuracy is narrower than this (e.g. 0.04)")
+WidthOpt = typer.Option(None, "--target-width", help="stop asking once the vector's part of the 90%% interval "
+                        "of the predicted accuracy (what more answers narrow) is narrower than this (e.g. 0.04)")
 
 
 def _prices(prices: Optional[Path], price_in: Optional[float], price_out: Optional[float], model: str):
@@ -129,7 +129,7 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
              k: int = typer.Option(10, "-k", "--k", help="how many questions to plan"),
              adaptive: bool = typer.Option(True, "--adaptive/--random"),
              benchmark: Optional[list[str]] = BenchOpt,
-             target_width: float = typer.Option(0.04, "--target-width", help="the stopping rule's interval width"),
+             target_width: float = typer.Option(0.04, "--target-width", help="the stopping rule's width of the vector's part of the interval"),
              price_in: Optional[float] = typer.Option(None, help="the new LLM's USD per million input tokens: "
                                                       "questions are then chosen per dollar"),
              price_out: Optional[float] = typer.Option(None, help="its USD per million output tokens"),
@@ -164,8 +164,9 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
         print(json.dumps(result.to_dict(), indent=1))
         return
     console.print(_predicted_table(result.predicted, f"{model}: predicted accuracy from {result.answered} answers"))
-    verdict = "stop: the interval is narrower than the target" if result.stop else "ask more"
-    console.print(f"interval width {result.interval_width:.3f} (target {target_width:g}): {verdict}")
+    verdict = "stop: more answers would not narrow it much" if result.stop else "ask more"
+    console.print(f"interval width {result.interval_width:.3f}, of which the vector's "
+                  f"{result.predicted['overall']['vector_width']:.3f} (target {target_width:g}): {verdict}")
     for q in result.questions:
         cost = "" if q["cost_usd"] is None else f"\t{q['cost_usd']:.6f} USD"
         console.print(f"{q['question_id']}\t{q['benchmark']}{cost}")

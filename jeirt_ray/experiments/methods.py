@@ -11,6 +11,7 @@ import torch
 
 from ..core import paths
 from .prepare import Prepared, pair_probs
+from ..model.adaptive import space_error
 from ..model.baselines import KNN, Majority
 from ..model.metrics import binary_metrics
 from ..model.space import CoreSpace
@@ -25,7 +26,9 @@ SearchFn = Callable[..., dict]
 
 
 def space_of(prep: Prepared, members: list, configs: list[TrainConfig], metadata: dict) -> CoreSpace:
-    return CoreSpace(members, configs[0], prep.encoder_id, prep.X.shape[1], prep.data.models.tolist(),
+    """The trained members as a CoreSpace, with its own error on an LLM's accuracy measured on the
+    validation questions (`accuracy_error`: model.adaptive.space_error; onboarding's intervals)."""
+    space = CoreSpace(members, configs[0], prep.encoder_id, prep.X.shape[1], prep.data.models.tolist(),
                  prep.data.question_ids.tolist(),
                  metadata={"data": prep.data.name, "data_fingerprint": prep.data.fingerprint(),
                            "split": {"kind": prep.split.kind, "seed": prep.split.seed},
@@ -33,6 +36,11 @@ def space_of(prep: Prepared, members: list, configs: list[TrainConfig], metadata
                  question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist(),
                  member_configs=configs if any(c != configs[0] for c in configs) else [],
                  encoder_dir=prep.encoder_dir, question_texts=prep.data.texts.tolist())
+    val = prep.pairs("val")
+    if len(val.q):
+        space.metadata["accuracy_error"] = space_error(space, prep.X, val.q.numpy(), val.m.numpy(), val.y.numpy(),
+                                                       prep.data.benchmarks)
+    return space
 
 
 def train_space(prep: Prepared, config: TrainConfig | None = None, members: int = JEIRT_MEMBERS, seed: int = 0,

@@ -16,9 +16,10 @@ answers (0.22 against 0.34 points of routing accuracy) with a smaller error on t
 (3.4 against 3.8 points), hence the default. A batch of k is chosen greedily with S updated after
 each pick (rank one), so a batch does not ask the same thing k times.
 
-Stopping: the new LLM's predicted accuracy gets an interval from posterior draws of its vector;
-ask until the interval is narrower than a target. The interval covers the uncertainty of the
-vector only, not the space's own error.
+Intervals and stopping: the new LLM's predicted accuracy gets an interval from posterior draws of
+its vector, widened by the space's own error on an LLM's accuracy where the space records it
+(`space_error`, measured on validation questions when it is trained), which no number of answers
+removes; ask until the vector's part of the interval is narrower than a target.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .space import CoreSpace
 
 DEFAULT_TARGET_WIDTH = 0.04  # stop when the 90% interval of the predicted accuracy is narrower
 DEFAULT_LEVEL = 0.9
+ERROR_DRAWS = 20  # draws of the space's error per draw of the vector
 TARGETS = ("questions", "accuracy")
 # what one plan computes with, so that a space of any size plans in about a second: questions
 # scored as candidates (a random subset of those that may be asked), and the reference questions
@@ -156,17 +158,63 @@ def accuracy_draws(reference: list[tuple[np.ndarray, np.ndarray]], fits: list[Ro
     return point, samples
 
 
+def space_error(space: CoreSpace, x: np.ndarray, q: np.ndarray, m: np.ndarray, y: np.ndarray,
+                groups: np.ndarray | None = None, least: int = 20) -> dict:
+    """The space's own error on an LLM's accuracy: for each of its LLMs with at least `least`
+    answers to questions it was not trained on (`x`: their embeddings; answers as pairs of a row
+    of x `q`, an LLM index `m` and a label `y`), its predicted accuracy there (the mean P(correct))
+    minus its accuracy. The standard deviation of that error, less the binomial noise of the
+    answers themselves (so it is the error on the accuracy over many questions), overall and per
+    group (`groups`: a label per row of x): {"overall": sd, "groups": {g: sd}, "llms", "answers"}."""
+    q, m, y = np.asarray(q), np.asarray(m), np.asarray(y, dtype=np.float64)
+    rows = np.unique(q)
+    p = space.predict_proba(x[rows])[np.searchsorted(rows, q), m]
+
+    def sd(mask) -> float | None:
+        errors, noise = [], []
+        for j in np.unique(m[mask]):
+            sel = mask & (m == j)
+            if sel.sum() >= least:
+                errors.append(p[sel].mean() - y[sel].mean())
+                noise.append((p[sel] * (1 - p[sel])).mean() / sel.sum())
+        return float(np.sqrt(max(0.0, np.mean(np.square(errors)) - np.mean(noise)))) if errors else None
+
+    every = np.ones(len(q), dtype=bool)
+    out = {"overall": sd(every), "groups": {}, "llms": int(sum((m == j).sum() >= least for j in np.unique(m))),
+           "answers": int(len(q))}
+    if groups is not None:
+        g_of = np.asarray(groups)[q]
+        out["groups"] = {str(g): v for g in dict.fromkeys(g_of.tolist()) if (v := sd(g_of == g)) is not None}
+    return out
+
+
+def _error_sd(error: dict | None, group: str) -> float:
+    if not error or error.get("overall") is None:
+        return 0.0
+    return error["overall"] if group == "overall" else error["groups"].get(group, error["overall"])
+
+
 def accuracy_intervals(reference, fits, groups=None, level: float = DEFAULT_LEVEL, draws: int = 100,
-                       seed: int = 0, sample: np.ndarray | None = None) -> dict[str, dict]:
-    """{"overall" | group: {"accuracy", "low", "high", "questions"}}: the predicted accuracy and its
-    central `level` interval under the posterior of the vector (accuracy_draws)."""
+                       seed: int = 0, sample: np.ndarray | None = None, error: dict | None = None) -> dict[str, dict]:
+    """{"overall" | group: {"accuracy", "low", "high", "questions", "vector_width"}}: the predicted
+    accuracy and its central `level` interval: the posterior of the vector (accuracy_draws) and,
+    with `error` (space_error), the space's own error as independent normal noise.
+    `vector_width`: the width of the interval of the vector's draws alone, the part that more
+    answers narrow."""
     point, samples = accuracy_draws(reference, fits, groups, draws, seed, sample)
+    rng = np.random.default_rng(seed + 1)
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     sizes = {"overall": len(reference[0][0])}
     if groups is not None:
         sizes.update({g: int((groups == g).sum()) for g in point if g != "overall"})
-    return {g: {"accuracy": point[g], "low": float(np.quantile(samples[g], q[0])),
-                "high": float(np.quantile(samples[g], q[1])), "questions": sizes[g]} for g in point}
+    out = {}
+    for g, vector in samples.items():
+        full = (vector[:, None] + rng.normal(0.0, _error_sd(error, g), (len(vector), ERROR_DRAWS))).ravel()
+        low, high = np.clip(np.quantile(full, q), 0.0, 1.0)
+        v_low, v_high = np.quantile(vector, q)
+        out[g] = {"accuracy": point[g], "low": float(low), "high": float(high), "questions": sizes[g],
+                  "vector_width": float(v_high - v_low)}
+    return out
 
 
 @dataclass
@@ -174,9 +222,9 @@ class Plan:
     """What to ask next and what is known so far (see `plan`)."""
 
     questions: list[dict]  # {"question_id", "benchmark", "gain", "cost_usd"} in the order to ask
-    predicted: dict[str, dict]  # "overall" and each benchmark: accuracy, low, high, questions
+    predicted: dict[str, dict]  # "overall" and each benchmark: accuracy, low, high, questions, vector_width
     interval_width: float  # of the overall predicted accuracy
-    stop: bool  # the interval is narrower than the target
+    stop: bool  # the vector's part of the overall interval is narrower than the target
     answered: int
 
     def to_dict(self) -> dict:
@@ -193,9 +241,10 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     accuracy per benchmark with intervals. `strategy`: "adaptive" (`select`) or "random".
     `benchmarks`: ask and predict only within these; `allowed`: ask only these question ids (e.g.
     those an answer key can grade); `costs` (question id -> USD of asking it)
-    with `budget_usd`: spend at most that on the questions planned. `stop` says the overall
-    interval is narrower than `target_width`: no need to ask more. `target`: what the adaptive
-    questions aim to pin down (`select`)."""
+    with `budget_usd`: spend at most that on the questions planned. The intervals include the
+    space's own error where its metadata records it (`accuracy_error`, space_error). `stop` says
+    the vector's part of the overall interval is narrower than `target_width`: more answers would
+    not narrow it much. `target`: what the adaptive questions aim to pin down (`select`)."""
     if space.question_embeddings is None or not space.question_ids:
         raise ValueError("this space stores no question embeddings: retrain it with this version of jeirt")
     if strategy not in ("adaptive", "random"):
@@ -221,7 +270,7 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     reference = directions(space, x[ref_rows])
     sample = stratified_sample(bench[ref_rows], REFERENCE_SAMPLE, rng)
     predicted = accuracy_intervals(reference, fits, bench[ref_rows] if benchmarks or len(set(bench)) > 1 else None,
-                                   level=level, seed=seed, sample=sample)
+                                   level=level, seed=seed, sample=sample, error=space.metadata.get("accuracy_error"))
     width = predicted["overall"]["high"] - predicted["overall"]["low"]
     free = scope.copy()
     free[done] = False
@@ -257,4 +306,5 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     questions = [{"question_id": str(ids[cand_rows[i]]), "benchmark": str(bench[cand_rows[i]]),
                   "gain": None if np.isnan(g) else g, "cost_usd": None if cost_of is None else float(cost_of[i])}
                  for i, g in zip(picked, gains)]
-    return Plan(questions, predicted, float(width), bool(width <= target_width), int(len(done)))
+    return Plan(questions, predicted, float(width), bool(predicted["overall"]["vector_width"] <= target_width),
+                int(len(done)))

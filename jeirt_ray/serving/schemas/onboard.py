@@ -95,9 +95,11 @@ class PlannedQuestion(BaseModel):
 
 class PredictedAccuracy(BaseModel):
     accuracy: float
-    low: float
+    low: float = Field(description="the 90% interval: the new vector's uncertainty and the space's own error")
     high: float
     questions: int
+    vector_width: float = Field(description="the width of the vector's part of the interval, which more answers "
+                                            "narrow")
 
 
 class PlanResponse(BaseModel):
@@ -106,5 +108,6 @@ class PlanResponse(BaseModel):
     predicted: dict[str, PredictedAccuracy] = Field(description='"overall" and each benchmark: the predicted '
                                                                 "accuracy with its 90% interval")
     interval_width: float
-    stop: bool = Field(description="the overall interval is narrower than target_width: no need to ask more")
+    stop: bool = Field(description="the overall interval's vector part is narrower than target_width: more "
+                                   "answers would not narrow it much")
     answered: int
