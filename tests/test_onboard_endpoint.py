@@ -72,6 +72,24 @@ def test_bad_answer_keys_name_file_row_column_and_value(tmp_path, rows, message)
     assert message in str(e.value)
 
 
+@pytest.mark.parametrize("rows, message", [
+    ({"question_id": ["q1", "q2"], "label": [1, "yes"]}, "row 2 (line 3), column 'label', value 'yes'"),
+    ({"question_id": ["q1", "q2"], "label": [1, 2]}, "row 2 (line 3), column 'label', value '2'"),
+    ({"question_id": ["q1", "q2"], "label": [1, None]}, "row 2 (line 3), column 'label'"),
+    ({"question_id": ["q1", "q1"], "label": [1, 0]}, "given twice"),
+    ({"question_id": ["q1"], "correct": [1]}, "missing ['label']"),
+])
+def test_bad_graded_answers_name_file_row_column_and_value(tmp_path, rows, message):
+    from jeirt_ray.data.answer_key import read_graded
+    path = tmp_path / "graded.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"graded\.csv") as e:
+        read_graded(path)
+    assert message in str(e.value)
+    pd.DataFrame({"question_id": ["q1", "q2"], "label": [1, 0.5]}).to_csv(path, index=False)
+    assert read_graded(path) == {"q1": 1.0, "q2": 0.5}
+
+
 # ---- a small space and a replayable LLM -------------------------------------------------------
 @pytest.fixture(scope="module")
 def world(synthetic, tmp_path_factory):
@@ -279,6 +297,10 @@ def test_cli_onboards_from_an_endpoint_and_plans(world, tmp_path):
     assert len(planned) == 4 and all(q["cost_usd"] > 0 for q in planned)
     r = runner.invoke(app, ["onboard", "plan", "--model", LLM, "--space", str(world["folder"]), "--budget-usd", "1"])
     assert r.exit_code == 2 and "--price-in" in r.output
+    graded = tmp_path / "graded.csv"
+    graded.write_text(f"question_id,label\n{world['space'].question_ids[0]},1\n{world['space'].question_ids[0]},0\n")
+    r = runner.invoke(app, ["onboard", "plan", "--model", LLM, "--space", str(world["folder"]), "--answered", str(graded)])
+    assert r.exit_code != 0 and "graded.csv" in r.output and "given twice" in r.output
     r = runner.invoke(app, ["onboard", "--model", LLM])
     assert r.exit_code == 2 and "--endpoint" in r.output
 

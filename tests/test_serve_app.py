@@ -193,6 +193,10 @@ def test_onboard_plan_over_http(service, registry):
     bad = httpx.post(f"{service}/v1/onboard/plan", headers=ADMIN, timeout=60,
                      json={**body, "answered": [{"question_id": "nope", "label": 1}]})
     assert bad.status_code == 404 and "not questions of this space" in bad.json()["error"]
+    twice = httpx.post(f"{service}/v1/onboard/plan", headers=ADMIN, timeout=60,
+                       json={**body, "answered": body["answered"] + body["answered"][:1]})
+    assert twice.status_code == 422 and "given twice" in twice.text
+    assert "vector_width" in out["predicted"]["overall"]
 
 
 def test_onboard_promote_is_picked_up_live_and_a_bad_version_is_not(service, registry):

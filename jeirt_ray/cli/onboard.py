@@ -140,17 +140,12 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
     """The next K questions of the space to ask a new LLM, from its answers so far, and whether to
     stop (its predicted accuracy is known closely enough)."""
     from ..api.space import Space
-    from ..data.tables import read_table
+    from ..data.answer_key import read_graded
     from ..model.adaptive import plan
     from ..routing.prices import question_costs_of
     with expected_failures():
         s = Space.load(space)
-        done: dict[str, float] = {}
-        if answered is not None:
-            table = read_table(answered)
-            if not {"question_id", "label"} <= set(table.columns):
-                raise ValueError(f"{answered}: needs the columns question_id, label; found {list(table.columns)}")
-            done = {str(q): float(y) for q, y in zip(table["question_id"], table["label"])}
+        done = read_graded(answered) if answered is not None else {}
         prices = _prices(None, price_in, price_out, model)
         if budget_usd is not None and prices is None:
             raise ValueError("--budget-usd needs --price-in/--price-out (the new LLM's prices)")

@@ -105,13 +105,7 @@ class AnswerKey:
         if default_kind not in KINDS:
             raise ValueError(f"unknown answer kind {default_kind!r}: one of {', '.join(KINDS)}")
         path = Path(path)
-        if not path.exists():
-            raise DataError("no such answer key file", file=str(path))
-        table = read_table(path)
-        missing = [c for c in ("question_id", "answer") if c not in table.columns]
-        if missing:
-            raise DataError(f"the answer key needs the columns question_id, answer (and optionally kind); "
-                            f"missing {missing}, found {list(table.columns)}", file=str(path))
+        table = _table(path, "answer key", ("question_id", "answer"), " (and optionally kind)")
         kinds = table["kind"] if "kind" in table.columns else pd.Series([default_kind] * len(table))
         answers: dict[str, tuple[str, str]] = {}
         for row, (qid, answer, kind) in enumerate(zip(table["question_id"], table["answer"], kinds), start=1):
@@ -120,8 +114,7 @@ class AnswerKey:
             if kind not in KINDS:
                 raise DataError(f"unknown kind: one of {', '.join(KINDS)}", file=str(path), row=row, column="kind",
                                 value=kind)
-            if qid is None or (isinstance(qid, float) and math.isnan(qid)) or not str(qid).strip():
-                raise DataError("empty question_id", file=str(path), row=row, column="question_id")
+            qid = _question_id(qid, answers, path, row)
             if answer is None or (isinstance(answer, float) and math.isnan(answer)) or not str(answer).strip():
                 raise DataError("empty answer", file=str(path), row=row, column="answer")
             answer = str(answer).strip()
@@ -134,9 +127,6 @@ class AnswerKey:
                 except ValueError:
                     raise DataError("a number answer must be a number", file=str(path), row=row, column="answer",
                                     value=answer) from None
-            qid = str(qid).strip()
-            if qid in answers:
-                raise DataError("question_id given twice", file=str(path), row=row, column="question_id", value=qid)
             answers[qid] = (answer.upper() if kind.startswith("letter") else answer, kind)
         if not answers:
             raise DataError("the answer key has no rows", file=str(path))
@@ -155,3 +145,44 @@ class AnswerKey:
             return Grade(float(math.isclose(got, float(answer.replace(",", "")), rel_tol=1e-4, abs_tol=1e-9)), f"{got:g}")
         got = extract_exact(output)
         return Grade(float(got is not None and got == normalise(answer)), got)
+
+
+def read_graded(path: str | Path) -> dict[str, float]:
+    """An LLM's graded answers (`question_id`, `label` in [0, 1]; CSV, CSV.gz or Parquet) as
+    {question id: label}; a bad row is a DataError naming file, row, column and value."""
+    path = Path(path)
+    table = _table(path, "file of graded answers", ("question_id", "label"))
+    graded: dict[str, float] = {}
+    for row, (qid, label) in enumerate(zip(table["question_id"], table["label"]), start=1):
+        qid = _question_id(qid, graded, path, row)
+        try:
+            value = float(label)
+        except (TypeError, ValueError):
+            value = math.nan
+        if not 0.0 <= value <= 1.0:  # NaN fails too
+            raise DataError("a label must be a number from 0 (wrong) to 1 (right)", file=str(path), row=row,
+                            column="label", value=label)
+        graded[qid] = value
+    return graded
+
+
+def _table(path: Path, what: str, columns: tuple[str, ...], optional: str = "") -> pd.DataFrame:
+    if not path.exists():
+        raise DataError(f"no such {what}", file=str(path))
+    table = read_table(path)
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise DataError(f"the {what} needs the columns {', '.join(columns)}{optional}; missing {missing}, found "
+                        f"{list(table.columns)}", file=str(path))
+    return table
+
+
+def _question_id(qid, seen: dict, path: Path, row: int) -> str:
+    """The row's question id, stripped; a DataError if it is empty or already in `seen`."""
+    if qid is None or (isinstance(qid, float) and math.isnan(qid)) or not str(qid).strip():
+        raise DataError("empty question_id", file=str(path), row=row, column="question_id")
+    qid = str(qid).strip()
+    if qid in seen:
+        raise DataError("question_id given twice", file=str(path), row=row, column="question_id", value=qid)
+    return qid
+

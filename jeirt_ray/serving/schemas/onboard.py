@@ -67,8 +67,8 @@ class PlanRequest(BaseModel):
     strategy: Literal["adaptive", "random"] = "adaptive"
     benchmarks: list[str] | None = Field(None, min_length=1, max_length=1000,
                                          description="ask and predict only within these benchmarks")
-    target_width: float = Field(0.04, gt=0, le=1, description="stop once the 90% interval of the predicted "
-                                                              "accuracy is narrower")
+    target_width: float = Field(0.04, gt=0, le=1, description="stop once the vector's part of the 90% interval "
+                                                              "of the predicted accuracy is narrower")
     price_usd_per_mtok: list[Annotated[float, Field(ge=0, lt=1e9)]] | None = Field(None, min_length=2, max_length=2, description="the new LLM's "
                                                    "USD per million input and output tokens: questions are then "
                                                    "chosen per dollar, with their estimated cost")
@@ -82,6 +82,16 @@ class PlanRequest(BaseModel):
         if isinstance(v, list):
             for p in v:
                 _a_number(p)
+        return v
+
+    @field_validator("answered")
+    @classmethod
+    def _once_each(cls, v):
+        seen = set()
+        for i, a in enumerate(v):
+            if a.question_id in seen:
+                raise ValueError(f"answered[{i}]: question_id {a.question_id!r} is given twice")
+            seen.add(a.question_id)
         return v
 
 
