@@ -31,7 +31,7 @@ import numpy as np
 from .onboarding import RowFit, directions, fit_row, member_priors
 from .space import CoreSpace
 
-DEFAULT_TARGET_WIDTH = 0.04  # stop when the 90% interval of the predicted accuracy is narrower
+DEFAULT_TARGET_WIDTH = 0.04  # stop when the vector's part of the 90% interval of the predicted accuracy is narrower
 DEFAULT_LEVEL = 0.9
 ERROR_DRAWS = 20  # draws of the space's error per draw of the vector
 TARGETS = ("questions", "accuracy")
@@ -191,7 +191,7 @@ def space_error(space: CoreSpace, x: np.ndarray, q: np.ndarray, m: np.ndarray, y
 def _error_sd(error: dict | None, group: str) -> float:
     if not error or error.get("overall") is None:
         return 0.0
-    return error["overall"] if group == "overall" else error["groups"].get(group, error["overall"])
+    return error["overall"] if group == "overall" else error.get("groups", {}).get(group, error["overall"])
 
 
 def accuracy_intervals(reference, fits, groups=None, level: float = DEFAULT_LEVEL, draws: int = 100,
