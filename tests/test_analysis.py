@@ -125,7 +125,8 @@ def test_response_curve_scores_adaptive_and_random_onboarding_with_intervals(syn
         for how in ("adaptive", "random"):
             few, many = r[how]["5"], r[how]["40"]
             assert 0 < many["interval_width"] < few["interval_width"] < 100
-            assert 0 <= few["interval_covers"] <= 1 and 0 <= many["accuracy_error"] <= 100
+            assert 0 <= few["interval_covers"] <= 1 and 0 <= many["benchmark_covers"] <= 1
+            assert 0 <= many["accuracy_error"] <= 100
     curve = summarise_curve([{**r, "split_seed": 0} for r in rows], (5, 40))
     assert curve["40"]["adaptive"]["units"] == 2
     assert 0 <= curve["40"]["adaptive"]["interval_coverage"] <= 1

@@ -123,7 +123,9 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
       90% interval of that prediction as `jeirt onboard` reports it (model/adaptive.py: the
       vector's posterior and the blind space's own error), widened by the binomial noise of the
       test sample, holds the test accuracy; `vector_covers`: the same for the vector's interval
-      alone; `interval_width`: the reported interval's width (points);
+      alone; `benchmark_covers`: the share of its benchmarks whose interval (each with its own
+      error and noise) holds its test accuracy there; `interval_width`: the reported interval's
+      width (points);
     - `cost_usd`: what its N questions cost (`question_cost[q, m]`: USD of asking question q to
       LLM m).
 
@@ -152,7 +154,8 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     joint_col = {n: i for i, n in enumerate(joint.model_names)}
     test_dirs = directions(blind, prep.X[test_q])
     top = max(responses)
-    space_sd = (blind.metadata.get("accuracy_error") or {}).get("overall") or 0.0  # measured without the held-out LLMs
+    error = blind.metadata.get("accuracy_error") or {}  # measured without the held-out LLMs
+    space_sd, space_sds = error.get("overall") or 0.0, error.get("groups", {})
     rows = []
     for name in heldout:
         m = int(np.flatnonzero(data.models == name)[0])
@@ -183,6 +186,11 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
             shown = accuracy_intervals(asked, fits, seed=seed, error={"overall": space_sd})["overall"]
             band = accuracy_intervals(asked, fits, seed=seed, error={"overall": np.hypot(space_sd, noise)})["overall"]
             vector = accuracy_intervals(asked, fits, seed=seed, error={"overall": noise})["overall"]
+            # the same per benchmark, each with its own error and noise
+            noises = {b: float(np.sqrt((p_new[seen][bench == b] * (1 - p_new[seen][bench == b])).mean()
+                                       / (bench == b).sum())) for b in dict.fromkeys(bench.tolist())}
+            per = accuracy_intervals(asked, fits, bench, seed=seed, error={"overall": space_sd, "groups": {
+                b: np.hypot(space_sds.get(b, space_sd), v) for b, v in noises.items()}})
             choice = available_argmax(np.column_stack([p_blind, p_new]), avail)
             errors = {b: abs(float(p_new[seen][bench == b].mean() - truth[bench == b].mean())) * 100
                       for b in dict.fromkeys(bench.tolist())}
@@ -191,6 +199,8 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
                     "accuracy_error": abs(float(p_new[seen].mean() - truth.mean())) * 100,
                     "interval_covers": float(band["low"] <= truth.mean() <= band["high"]),
                     "vector_covers": float(vector["low"] <= truth.mean() <= vector["high"]),
+                    "benchmark_covers": float(np.mean([per[b]["low"] <= truth[bench == b].mean() <= per[b]["high"]
+                                                       for b in noises])),
                     "interval_width": (shown["high"] - shown["low"]) * 100, "benchmark_errors": errors}
 
         def cost(rows_asked) -> float | None:
@@ -244,7 +254,8 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
     training, mean over units), `worst_gap` (the worst held-out LLM, its mean over split seeds),
     `worst_unit_gap`, `prediction_gap` (points of prediction accuracy below joint), `accuracy_mae`
     and `benchmark_mae` (points), `interval_coverage` (share of units whose 90% interval holds the
-    test accuracy; `vector_interval_coverage`: of the vector's interval alone) and `interval_width`
+    test accuracy; `vector_interval_coverage`: of the vector's interval alone;
+    `benchmark_interval_coverage`: of the per-benchmark intervals) and `interval_width`
     (points), `cost_usd` (mean per LLM); `joint_accuracy_mae`, the joint
     space's own error on the accuracies (a floor for accuracy_mae, the same at every N); and per N the paired difference
     adaptive - random in gap (negative: adaptive is closer to joint) with a 95% bootstrap
@@ -271,6 +282,7 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
                 "benchmark_mae": float(np.mean([e for u in have for e in u[how][key]["benchmark_errors"].values()])),
                 "interval_coverage": float(np.mean([u[how][key]["interval_covers"] for u in have])),
                 "vector_interval_coverage": float(np.mean([u[how][key]["vector_covers"] for u in have])),
+                "benchmark_interval_coverage": float(np.mean([u[how][key]["benchmark_covers"] for u in have])),
                 "interval_width": float(np.mean([u[how][key]["interval_width"] for u in have])),
                 "cost_usd": float(np.mean(costs)) if costs else None, "units": len(have),
                 "joint_accuracy_mae": float(np.mean([u["joint_accuracy_error"] for u in have]))}
