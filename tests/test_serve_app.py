@@ -195,7 +195,7 @@ def test_onboard_plan_over_http(service, registry):
     assert bad.status_code == 404 and "not questions of this space" in bad.json()["error"]
     twice = httpx.post(f"{service}/v1/onboard/plan", headers=ADMIN, timeout=60,
                        json={**body, "answered": body["answered"] + body["answered"][:1]})
-    assert twice.status_code == 422 and "given twice" in twice.text
+    assert twice.status_code == 409 and "given twice" in twice.json()["error"]
     assert "vector_width" in out["predicted"]["overall"]
 
 

@@ -322,10 +322,15 @@ class Router:
         core = self.live.current()
         if body.budget_usd is not None and body.price_usd_per_mtok is None:
             raise HTTPException(409, "budget_usd needs price_usd_per_mtok (the new LLM's prices) to cost questions")
+        answered: dict[str, float] = {}
+        for i, a in enumerate(body.answered):  # 409, as the schema cannot say that ids are unique
+            if a.question_id in answered:
+                raise HTTPException(409, f"answered[{i}]: question_id {a.question_id!r} is given twice")
+            answered[a.question_id] = a.label
         try:
             costs = question_costs_of(core.space, tuple(body.price_usd_per_mtok) if body.price_usd_per_mtok else None)
             result = await asyncio.to_thread(
-                plan, core.space, body.model, {a.question_id: a.label for a in body.answered}, body.k,
+                plan, core.space, body.model, answered, body.k,
                 strategy=body.strategy, benchmarks=body.benchmarks, target_width=body.target_width, costs=costs,
                 budget_usd=body.budget_usd)
         except KeyError as e:

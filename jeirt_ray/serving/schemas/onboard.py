@@ -84,16 +84,6 @@ class PlanRequest(BaseModel):
                 _a_number(p)
         return v
 
-    @field_validator("answered")
-    @classmethod
-    def _once_each(cls, v):
-        seen = set()
-        for i, a in enumerate(v):
-            if a.question_id in seen:
-                raise ValueError(f"answered[{i}]: question_id {a.question_id!r} is given twice")
-            seen.add(a.question_id)
-        return v
-
 
 class PlannedQuestion(BaseModel):
     question_id: str
