@@ -182,13 +182,15 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
             # the interval as reported (the vector and the space's error), and, to judge it against a
             # test accuracy measured on a sample, each widened by that sample's binomial noise
             asked = [(u[seen], n[seen]) for u, n in test_dirs]
-            noise = float(np.sqrt((p_new[seen] * (1 - p_new[seen])).mean() / seen.sum()))
+
+            def binomial_sd(p) -> float:  # of an accuracy measured on questions answered with these P
+                return float(np.sqrt((p * (1 - p)).mean() / len(p)))
+            noise = binomial_sd(p_new[seen])
             shown = accuracy_intervals(asked, fits, seed=seed, error={"overall": space_sd})["overall"]
             band = accuracy_intervals(asked, fits, seed=seed, error={"overall": np.hypot(space_sd, noise)})["overall"]
             vector = accuracy_intervals(asked, fits, seed=seed, error={"overall": noise})["overall"]
             # the same per benchmark, each with its own error and noise
-            noises = {b: float(np.sqrt((p_new[seen][bench == b] * (1 - p_new[seen][bench == b])).mean()
-                                       / (bench == b).sum())) for b in dict.fromkeys(bench.tolist())}
+            noises = {b: binomial_sd(p_new[seen][bench == b]) for b in dict.fromkeys(bench.tolist())}
             per = accuracy_intervals(asked, fits, bench, seed=seed, error={"overall": space_sd, "groups": {
                 b: np.hypot(space_sds.get(b, space_sd), v) for b, v in noises.items()}})
             choice = available_argmax(np.column_stack([p_blind, p_new]), avail)

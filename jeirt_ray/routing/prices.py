@@ -328,21 +328,26 @@ def read_answer_tokens(folder: str | Path, models: np.ndarray, question_ids: np.
     return out, f"{files[0].name}: answer characters / {CHARS_PER_TOKEN:g} ({int(ok.sum())} answers)"
 
 
-def question_costs(texts, input_usd_per_mtok: float, output_usd_per_mtok: float,
-                   output_tokens: float = DEFAULT_OUTPUT_TOKENS) -> np.ndarray:
-    """USD of asking one LLM each of `texts`: their input tokens (TokenCounter) plus
-    `output_tokens` answer tokens, at its prices per million tokens."""
-    return (token_counter().count(texts) * input_usd_per_mtok + output_tokens * output_usd_per_mtok) / 1e6
-
-
-def question_costs_of(space, price_usd_per_mtok: tuple[float, float] | None) -> dict[str, float] | None:
-    """{question id: USD of asking it} for each question stored with `space`, for a new LLM at
-    these prices (input, output per million tokens); None without prices."""
-    if price_usd_per_mtok is None:
-        return None
+def question_input_tokens(space) -> np.ndarray:
+    """Input tokens (TokenCounter) of each question stored with `space`: a second or so for
+    10,000 questions, so a server counts them once per space."""
     if not space.question_texts:
         raise ValueError("this space stores no question texts to price: retrain it with this version of jeirt")
-    return dict(zip(space.question_ids, question_costs(space.question_texts, *price_usd_per_mtok).tolist()))
+    return token_counter().count(space.question_texts)
+
+
+def question_costs_of(space, price_usd_per_mtok: tuple[float, float] | None,
+                      input_tokens: np.ndarray | None = None) -> dict[str, float] | None:
+    """{question id: USD of asking it} for each question stored with `space`, for a new LLM at
+    these prices (input, output per million tokens): its input tokens (`input_tokens`, counted
+    here unless given: question_input_tokens) plus DEFAULT_OUTPUT_TOKENS answer tokens; None
+    without prices."""
+    if price_usd_per_mtok is None:
+        return None
+    tokens = question_input_tokens(space) if input_tokens is None else input_tokens
+    price_in, price_out = price_usd_per_mtok
+    usd = (tokens * price_in + DEFAULT_OUTPUT_TOKENS * price_out) / 1e6
+    return dict(zip(space.question_ids, usd.tolist()))
 
 
 def cost_matrix(prices: LLMPrices, input_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray:

@@ -327,12 +327,14 @@ class Router:
             if a.question_id in answered:
                 raise HTTPException(409, f"answered[{i}]: question_id {a.question_id!r} is given twice")
             answered[a.question_id] = a.label
+
+        def planned():  # in a thread: planning and a first count of the questions' tokens take a second
+            costs = None if body.price_usd_per_mtok is None else \
+                question_costs_of(core.space, tuple(body.price_usd_per_mtok), core.question_tokens)
+            return plan(core.space, body.model, answered, body.k, strategy=body.strategy, benchmarks=body.benchmarks,
+                        target_width=body.target_width, costs=costs, budget_usd=body.budget_usd)
         try:
-            costs = question_costs_of(core.space, tuple(body.price_usd_per_mtok) if body.price_usd_per_mtok else None)
-            result = await asyncio.to_thread(
-                plan, core.space, body.model, answered, body.k,
-                strategy=body.strategy, benchmarks=body.benchmarks, target_width=body.target_width, costs=costs,
-                budget_usd=body.budget_usd)
+            result = await asyncio.to_thread(planned)
         except KeyError as e:
             raise HTTPException(404, str(e.args[0]))
         except (ValueError, TypeError) as e:  # no stored questions; not a JE-IRT space

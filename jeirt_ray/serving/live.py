@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import cached_property
 
 from ..core.secrets import redact
 from ..model.space import CoreSpace
@@ -28,6 +29,12 @@ class RouterCore(SpaceRouter):
         super().__init__(space, costs, default_policy,
                          prices=None if prices is None else resolve_prices(space.model_names, prices))
         self.label = label
+
+    @cached_property
+    def question_tokens(self):
+        """Input tokens of the space's questions, for pricing onboarding's plans (counted once)."""
+        from ..routing.prices import question_input_tokens
+        return question_input_tokens(self.space)
 
 
 class RegistryUnreachable(LookupError):
