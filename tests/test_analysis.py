@@ -97,8 +97,8 @@ def test_report_on_synthetic_data(tmp_path, synthetic):
     acc = res["routing"]["accuracy"]
     assert acc["oracle"] >= max(acc["jeirt_argmax"], acc["mf_argmax"], acc["knn_argmax"]) >= acc["random"]
     cost = res["routing"]["cost"]
-    # routing can mix LLMs per question, so its hull is never below that of single LLMs
-    assert cost["aiq_jeirt"] >= cost["aiq_single_llms"]
+    # the router's own curve (single LLMs left out) reaches above the best single LLM's accuracy
+    assert max(p["accuracy"] for p in cost["curve"]) > max(p["accuracy"] for p in cost["single_llms"])
     assert 0 <= cost["cpt"]["cpt_50"] <= cost["cpt"]["cpt_80"] <= 1
     assert res["onboarding"]["mean"]["random"]["1"] > res["onboarding"]["mean"]["random"]["0.01"] - 0.02
 
@@ -125,9 +125,13 @@ def test_response_curve_scores_adaptive_and_random_onboarding_with_intervals(syn
         for how in ("adaptive", "random"):
             few, many = r[how]["5"], r[how]["40"]
             assert 0 < many["interval_width"] < few["interval_width"] < 100
-            assert 0 <= few["interval_covers"] <= 1 and 0 <= many["benchmark_covers"] <= 1
-            assert 0 <= many["accuracy_error"] <= 100
+            assert many["accuracy_error"] < few["accuracy_error"] + 5  # more answers, no worse an estimate
+    # the summary's coverage is the units' (not a range check: the 90% claim itself is measured on
+    # real data by benchmarks/onboarding.py; on this small synthetic space one of the two LLMs is
+    # missed at both N, its error 13-17 points against a half-width of 9)
+    covers = [r[how][n]["interval_covers"] for r in rows for how in ("adaptive", "random") for n in ("5", "40")]
+    assert set(covers) <= {0.0, 1.0}
     curve = summarise_curve([{**r, "split_seed": 0} for r in rows], (5, 40))
     assert curve["40"]["adaptive"]["units"] == 2
-    assert 0 <= curve["40"]["adaptive"]["interval_coverage"] <= 1
+    assert curve["40"]["adaptive"]["interval_coverage"] == np.mean([r["adaptive"]["40"]["interval_covers"] for r in rows])
     assert curve["40"]["random"]["interval_width"] < curve["5"]["random"]["interval_width"]

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import yaml
 
-from .conftest import Load, free_port, local_serve_config, registry_env
+from .conftest import Load, free_port, local_serve_config, missing, registry_env
 from .multinode import nodes, output_of
 
-ray = pytest.importorskip("ray")
-httpx = pytest.importorskip("httpx")
+import httpx
+import ray
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
@@ -211,7 +211,7 @@ def _healthy(url: str) -> bool:
 def redis_address(tmp_path):
     """A Redis server on loopback for the GCS's tables (Debian's redis-server), stopped after."""
     if shutil.which("redis-server") is None:
-        pytest.skip("redis-server not found: GCS fault tolerance needs an external Redis "
+        missing("redis-server not found: GCS fault tolerance needs an external Redis "
                     "(apt-get install redis-server; .ci/run installs it)")
     port = free_port()
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",

@@ -6,7 +6,7 @@ from jeirt_ray.encoders import HashingEncoder
 from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig, fit
 
-ray = pytest.importorskip("ray")
+import ray
 
 CFG = TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=14, patience=100)
 

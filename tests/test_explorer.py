@@ -15,10 +15,10 @@ from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
 from jeirt_ray.serving.explorer import llm_table, space_map
 
-from .conftest import serving
+from .conftest import missing, serving
 
-ray = pytest.importorskip("ray")
-httpx = pytest.importorskip("httpx")
+import httpx
+import ray
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 NAME, TOKEN = "explore-test", "explore-token"
@@ -46,10 +46,10 @@ def test_map_and_table_without_a_browser(space):
 
 @pytest.fixture(scope="module")
 def browser():
-    sync = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
+    from playwright import sync_api as sync
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        pytest.skip("no Chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
+        missing("no Chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
     with sync.sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         yield b

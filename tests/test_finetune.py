@@ -93,7 +93,7 @@ def test_bad_options_are_named(tiny_encoder, data, tmp_path):
 
 # ---- on Ray: Train's DDP and Serve ---------------------------------------------------------------
 
-ray = pytest.importorskip("ray")
+import ray
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from jeirt_ray.routing.router import RequestError
-from jeirt_ray.serving.gateway import AllFailed, ChatControl, Conversations, Gateway, relay, stream_usage
+from jeirt_ray.serving.gateway import (AllFailed, ChatControl, Conversations, Gateway, StreamMeter, ask_for_usage,
+                                      estimated_usage, relay)
 from jeirt_ray.serving.settings import GatewayConfig, RouterConfig, Upstream
 
 from .conftest import free_port
@@ -27,6 +28,8 @@ def ups():
     u.start("big", "--pad", "5000")
     u.start("long", "--pad", "200", "--chunk-delay", "0.1")  # a stream of ~200 words, 0.1 s apart
     u.start("BODY-PLANTED", "--fail", "500")  # its error body names it
+    u.start("mute", "--no-usage")  # never reports a stream's usage
+    u.start("trickle", "--chunk-delay", "0.5")
     yield u
     u.stop()
 
@@ -198,15 +201,101 @@ def test_a_streams_usage_is_read_from_its_last_event(ups):
     async def go():
         gw, seen = Gateway(), []
 
-        async def on_end(usage):
-            seen.append(usage)
+        async def on_end(meter):
+            seen.append(meter.usage)
         payload = {**PAYLOAD, "stream": True, "stream_options": {"include_usage": True}}
         answer = await gw.complete(payload, [("alpha", Upstream(url=ups.urls["alpha"]))], CFG, stream=True)
-        b"".join([chunk async for chunk in relay(answer, 60, on_end)])
+        text = b"".join([chunk async for chunk in relay(answer, 60, on_end)])
         assert seen == [{"prompt_tokens": 1, "completion_tokens": 7, "total_tokens": 1}]  # 'alpha answers: What is 2 + 2?'
+        assert b'"usage"' in text  # the client asked for it: passed on
         await gw.close()
     run(go())
-    assert stream_usage(b'data: {"choices": []}\n\ndata: [DONE]\n\n') is None
+
+
+def test_every_stream_is_asked_for_its_usage_and_a_client_that_did_not_ask_never_sees_it(ups):
+    """Budgets cannot be skipped by streaming: the gateway always asks for usage, and strips the
+    usage-only event from the stream of a client that did not ask for it."""
+    payload, asked = ask_for_usage({**PAYLOAD, "stream": True})
+    assert payload["stream_options"] == {"include_usage": True} and not asked
+    assert ask_for_usage({"stream_options": {"include_usage": True}})[1]
+
+    async def go():
+        gw, seen = Gateway(), []
+
+        async def on_end(meter):
+            seen.append(meter.usage)
+        answer = await gw.complete(payload, [("alpha", Upstream(url=ups.urls["alpha"]))], CFG, stream=True)
+        text = b"".join([chunk async for chunk in relay(answer, 60, on_end, strip_usage=True)])
+        await gw.close()
+        return text, seen
+    text, seen = run(go())
+    assert seen == [{"prompt_tokens": 1, "completion_tokens": 7, "total_tokens": 1}]
+    assert b'"usage"' not in text and text.endswith(b"data: [DONE]\n\n") and b" answers:" in text
+
+
+def test_a_stream_without_usage_is_counted_here_and_marked_estimated(ups):
+    async def go():
+        gw, seen = Gateway(), []
+
+        async def on_end(meter):
+            seen.append((meter.usage, meter.answer_text()))
+        payload, _ = ask_for_usage({**PAYLOAD, "stream": True})
+        answer = await gw.complete(payload, [("mute", Upstream(url=ups.urls["mute"]))], CFG, stream=True)
+        b"".join([chunk async for chunk in relay(answer, 60, on_end, strip_usage=True)])
+        await gw.close()
+        return seen
+    [(usage, text)] = run(go())
+    assert usage is None and text == "mute answers: What is 2 + 2?"
+    counted = estimated_usage("What is 2 + 2?", text)
+    assert counted["estimated"] and counted["prompt_tokens"] >= 5 and counted["completion_tokens"] >= 8
+
+
+def test_a_client_that_leaves_mid_stream_is_still_charged(ups):
+    """The spend record runs to its end when the client disconnects (the generator is closed, or
+    its task cancelled, midway)."""
+    async def go():
+        import asyncio
+        gw, seen = Gateway(), []
+
+        async def on_end(meter):
+            await asyncio.sleep(0.05)  # a key store that takes its time
+            seen.append(meter.answer_text())
+        payload, _ = ask_for_usage({**PAYLOAD, "stream": True})
+        for leave in ("close", "cancel"):
+            answer = await gw.complete(payload, [("trickle", Upstream(url=ups.urls["trickle"]))], CFG, stream=True)
+            stream = relay(answer, 60, on_end, strip_usage=True)
+
+            async def read_two():
+                await anext(stream)
+                await anext(stream)
+                await asyncio.sleep(5)
+            task = asyncio.ensure_future(read_two())
+            await asyncio.sleep(0.5)
+            if leave == "close":
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                await stream.aclose()
+            else:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                reader = asyncio.ensure_future(anext(stream))
+                await asyncio.sleep(0.01)
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+            await asyncio.sleep(0.2)
+        await gw.close()
+        return seen
+    seen = run(go())
+    assert len(seen) == 2 and all(t.startswith("trickle answers:") for t in seen)
+
+
+def test_the_stream_meter_keeps_events_whole_across_chunks():
+    meter = StreamMeter(strip_usage=True)
+    event = b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n'
+    usage = b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}\n\n'
+    out = meter.feed(event[:10]) + meter.feed(event[10:] + usage[:7]) + meter.feed(usage[7:] + b"data: [DONE]\n\n")
+    assert out == event + b"data: [DONE]\n\n" and meter.usage["prompt_tokens"] == 3 and meter.answer_text() == "hi"
+    assert StreamMeter().feed(usage) == usage  # kept where the client asked
 
 
 def test_upstream_failures_name_neither_the_url_nor_the_body(ups):

@@ -8,7 +8,9 @@ import pytest
 import yaml
 
 from jeirt_ray.serving.manifests import (check_all, check_hardening, check_serve_config, check_service_resilience,
-                                 crd_schemas, load_docs, pod_specs, ray_versions, validate_doc)
+                                         crd_schemas, load_docs, pod_specs, ray_versions, validate_doc)
+
+from .conftest import missing
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = Path(os.environ.get("JEIRT_KUBERAY_CRDS", ROOT / ".." / "shared" / "kuberay-crds"))
@@ -17,8 +19,8 @@ CRDS = Path(os.environ.get("JEIRT_KUBERAY_CRDS", ROOT / ".." / "shared" / "kuber
 @pytest.fixture(scope="module")
 def crds():
     if not (CRDS / "ray.io_rayservices.yaml").exists():
-        pytest.skip(f"KubeRay CRDs not found at {CRDS.resolve()} (set JEIRT_KUBERAY_CRDS to the folder "
-                    f"of ray.io_*.yaml from the KubeRay v1.7.0 release)")
+        missing(f"KubeRay CRDs not found at {CRDS.resolve()} (set JEIRT_KUBERAY_CRDS to the folder "
+                f"of ray.io_*.yaml from the KubeRay v1.7.0 release)")
     return crd_schemas(CRDS)
 
 

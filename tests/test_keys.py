@@ -84,55 +84,64 @@ def test_old_counts_are_pruned(store):
     long_ago = time.time() - 90 * 86400
     store.admit(key, long_ago)
     store.record(key.id, tokens=5, usd=1.0, now=long_ago)
+    assert store.usage(key, long_ago)["usd_day"] == 1.0
+    store.admit(key)  # the first request a minute after the last pruning prunes
+    old = store.usage(key, long_ago)
+    assert old["requests_minute"] == 0 and old["usd_day"] == 0  # the old minute and the old day are gone
+    assert store.usage(key)["requests_minute"] == 1  # this minute's count stays
+
+
+def test_route_only_traffic_prunes_old_minutes(store):
+    """Admissions alone (no spend recorded) keep the table bounded."""
+    key, _ = store.create("route-only", "route")
+    store.admit(key, time.time() - 600)
     store.admit(key)
-    gone = store.prune()
-    assert gone >= 2  # the old minute and the old day; this minute's count stays
-    assert store.usage(key)["requests_minute"] == 1
+    assert store.prune() == 0  # the admission already pruned the minute of 10 minutes ago
 
 
 # ---- the access checks --------------------------------------------------------------------------
 
-def check(access, path, authorization=None):
-    return asyncio.run(access.check(path, authorization))
+def check(access, scope, authorization=None):
+    return asyncio.run(access.check(scope, authorization))
 
 
 def test_required_mode_answers_401_403_429_as_declared(tmp_path):
     store = KeyStore(f"sqlite:///{tmp_path / 'keys.db'}")
     router, secret = store.create("router-only", "route", rpm=2)
     access = Access("required", store, token="admin-token-value")
-    for path in ("/v1/route", "/v1/chat/completions", "/v1/onboard", "/v1/explore/map", "/v1/keys/me"):
+    for scope in ("route", "chat", "onboard", "explore", "any"):
         with pytest.raises(Denied) as e:
-            check(access, path)
+            check(access, scope)
         assert e.value.status == 401 and e.value.headers["WWW-Authenticate"] == "Bearer"
     with pytest.raises(Denied) as e:
-        check(access, "/v1/route", "Bearer jrk_00000000_" + "x" * 40)
+        check(access, "route", "Bearer jrk_00000000_" + "x" * 40)
     assert e.value.status == 401 and "unknown or revoked" in str(e.value)
     with pytest.raises(Denied) as e:
-        check(access, "/v1/chat/completions", f"Bearer {secret}")
+        check(access, "chat", f"Bearer {secret}")
     assert e.value.status == 403 and "'chat' scope" in str(e.value)
-    key, admission = check(access, "/v1/route", f"Bearer {secret}")
+    key, admission = check(access, "route", f"Bearer {secret}")
     assert key.id == router.id and admission.usage["requests_minute"] == 1
-    check(access, "/v1/route", f"Bearer {secret}")
+    check(access, "route", f"Bearer {secret}")
     with pytest.raises(Denied) as e:
-        check(access, "/v1/route", f"Bearer {secret}")
+        check(access, "route", f"Bearer {secret}")
     assert e.value.status == 429 and int(e.value.headers["Retry-After"]) >= 1
     assert e.value.headers["x-ratelimit-remaining-requests"] == "0"
-    assert check(access, "/health") == (None, None)  # public
-    assert check(access, "/v1/onboard", "Bearer admin-token-value")[0] is ADMIN_TOKEN_KEY
+    assert check(access, "public") == (None, None)  # public
+    assert check(access, "onboard", "Bearer admin-token-value")[0] is ADMIN_TOKEN_KEY
 
 
 def test_open_mode_needs_no_key_but_checks_one_that_is_given(tmp_path):
     store = KeyStore(f"sqlite:///{tmp_path / 'keys.db'}")
     _, secret = store.create("limited", "route", rpm=1)
     access = Access("open", store, token=None)
-    assert check(access, "/v1/route") == (None, None)
-    assert check(access, "/v1/chat/completions", "Bearer sk-placeholder") == (None, None)  # an SDK's placeholder
-    check(access, "/v1/route", f"Bearer {secret}")
+    assert check(access, "route") == (None, None)
+    assert check(access, "chat", "Bearer sk-placeholder") == (None, None)  # an SDK's placeholder
+    check(access, "route", f"Bearer {secret}")
     with pytest.raises(Denied) as e:  # its limits still apply
-        check(access, "/v1/route", f"Bearer {secret}")
+        check(access, "route", f"Bearer {secret}")
     assert e.value.status == 429
     with pytest.raises(Denied) as e:
-        check(access, "/v1/onboard")
+        check(access, "onboard")
     assert e.value.status == 401
 
 
@@ -140,11 +149,11 @@ def test_a_revoked_key_stops_working_within_the_cache_time(tmp_path):
     store = KeyStore(f"sqlite:///{tmp_path / 'keys.db'}")
     _, secret = store.create("soon-gone", "route")
     access = Access("required", store, token=None, cache_ttl_s=0.3)
-    check(access, "/v1/route", f"Bearer {secret}")
+    check(access, "route", f"Bearer {secret}")
     store.revoke("soon-gone")
     time.sleep(0.4)
     with pytest.raises(Denied) as e:
-        check(access, "/v1/route", f"Bearer {secret}")
+        check(access, "route", f"Bearer {secret}")
     assert e.value.status == 401
 
 
@@ -152,9 +161,52 @@ def test_an_unreachable_key_store_is_503_and_names_no_credentials(caplog):
     access = Access("required", KeyStore("postgresql+psycopg://jeirt:PLANTED-PW@127.0.0.1:1/db"), token=None)
     with caplog.at_level(logging.WARNING):
         with pytest.raises(Denied) as e:
-            check(access, "/v1/route", "Bearer jrk_00000000_" + "y" * 40)
+            check(access, "route", "Bearer jrk_00000000_" + "y" * 40)
     assert e.value.status == 503 and e.value.headers["Retry-After"]
     assert "PLANTED-PW" not in str(e.value) and "PLANTED-PW" not in caplog.text
+
+
+@pytest.mark.parametrize("prefix", ["", "/jeirt"])
+def test_every_route_of_the_schema_is_closed_without_a_key_under_any_route_prefix(tmp_path, prefix):
+    """The guard finds a request's route as Starlette's router does (Serve sets root_path to the
+    route prefix and leaves the path whole), so no route is public by a prefix; a path that no
+    route has is 404 before the app sees it; a websocket is refused."""
+    from starlette.testclient import TestClient
+    from starlette.websockets import WebSocketDisconnect
+
+    from jeirt_ray.serving.access import route_scopes
+    from jeirt_ray.serving.app import api
+    saved = getattr(api.state, "access", None)
+    api.state.access = Access("required", KeyStore(f"sqlite:///{tmp_path / 'keys.db'}"), token=None)
+    try:
+        client = TestClient(api, root_path=prefix, raise_server_exceptions=False)
+        schema = client.get(f"{prefix}/openapi.json").json()
+        closed = [(m.upper(), p) for p, ops in schema["paths"].items() for m, op in ops.items()
+                  if op.get("x-jeirt-scope") != "public"]
+        assert len(closed) == 8  # route, chat, onboard, onboard/plan, models, explore x2, keys/me
+        for method, path in closed:
+            r = client.request(method, prefix + path, json={})
+            assert r.status_code == 401 and r.json()["error"].startswith("missing or malformed API key"), (path, r.text)
+        public = {r.path for r in route_scopes(api) if r.scope == "public"}
+        assert public == {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/", "/static/{name}", "/health"}
+        for path in ("/v1/secret", "/v1/route/x", "/v1"):
+            assert client.post(prefix + path, json={}).status_code == 404
+        with pytest.raises(WebSocketDisconnect):
+            with client.websocket_connect(f"{prefix}/v1/route") as ws:
+                ws.receive_text()
+    finally:
+        api.state.access = saved
+
+
+def test_a_route_that_declares_no_scope_stops_the_service():
+    from fastapi import FastAPI
+
+    from jeirt_ray.serving.access import Unscoped, route_scopes, scoped
+    app = FastAPI()
+    app.get("/fine", **scoped("route"))(lambda: 1)
+    app.get("/forgotten")(lambda: 2)
+    with pytest.raises(Unscoped, match="'/forgotten' declares no scope"):
+        route_scopes(app)
 
 
 # ---- jeirt keys -----------------------------------------------------------------------------------

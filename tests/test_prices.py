@@ -102,19 +102,36 @@ def test_the_space_keeps_its_prices_and_routes_by_cost(space, data):
         space.route(texts[:1], policy="quality_target")
 
 
-def test_a_budget_is_met_on_average(space, data):
+def test_a_budget_is_met_on_average_on_queries_it_was_not_calibrated_on(space, data):
+    """The cost weight is calibrated on the space's own questions; the spend is measured on new
+    queries (another draw of the synthetic benchmarks' questions). Open loop, the spend follows
+    the new queries' own P(correct): measured 25% over at 0.5 USD per 1,000 here (2% on the
+    calibration questions), so the stated share is 30%; a pacer that reads the spend closes the
+    loop (routing.learning). Where the budget is below the cheapest LLM's spend: that spend."""
+    from jeirt_ray.data.synthetic import generate
     router = space.router()
-    x = space.question_embeddings[:300]
-    texts = space.question_texts[:300]
+    texts = [t for t in generate(seed=7).texts.tolist() if t not in set(space.question_texts)][:300]
+    assert len(texts) == 300
+    x = space.encoder.encode(texts)
     spend = []
-    for budget in (0.05, 0.5, 5.0):
+    budgets = (0.05, 0.5, 5.0)
+    for budget in budgets:
         decisions = router.route(x, texts=texts, policy="budget", budget_per_1k=budget)
         spend.append(np.mean([d["expected_cost"] for d in decisions]) * 1000)
-    assert spend == sorted(spend)  # more money, more spent (never less)
-    # calibrated on the space's own questions: on a sample of them, within a few percent
-    for budget, s in zip((0.05, 0.5, 5.0), spend):
-        cheapest = min(router.cost_matrix(x[:1], texts[:1])[0]) * 1000
-        assert s <= budget * 1.15 or s <= cheapest * 1.5
+    assert spend[0] < spend[1] < spend[2]  # more money, more spent
+    cheapest = router.cost_matrix(x, texts).min(1).mean() * 1000
+    for budget, s in zip(budgets, spend):
+        assert s <= budget * 1.30 or s <= cheapest * 1.05, (budget, s, cheapest)
+    assert spend[2] >= 0.5 * min(5.0, router.cost_matrix(x, texts).max(1).mean() * 1000)  # the budget is used
+
+
+def test_budget_weights_are_bounded_and_read_to_three_digits(space):
+    from jeirt_ray.routing.router import BUDGET_CACHE
+    router = space.router()
+    assert router.budget_weight(1.0001) == router.budget_weight(1.0)
+    for i in range(BUDGET_CACHE + 40):
+        router.budget_weight(0.01 * (i + 1))
+    assert len(router._budget_weights) == BUDGET_CACHE
 
 
 def test_calibration_and_temperatures():
@@ -150,7 +167,7 @@ def test_cost_study_against_every_baseline(data, price_file):
     methods = out["methods"]
     assert set(methods) >= {"jeirt", "mf", "knn", "cluster", "threshold_2llm", "oracle", "random_mix"}
     for name, m in methods.items():
-        assert 0 <= m["aiq"] <= 1 and len(m["aiq_ci95"]) == 2, name
+        assert m["aiq_ci95"][0] < m["aiq_ci95"][1], name  # resampled questions move it
         assert set(m["accuracy_at_cost_share"]) == {"0.1", "0.25", "0.5"}
     assert methods["oracle"]["aiq"] >= max(m["aiq"] for k, m in methods.items() if k != "oracle")
     assert out["best_single"]["llm"] in data.models and len(out["aiq_jeirt_minus_cluster_ci95"]) == 2

@@ -10,7 +10,6 @@ from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
 
-pytest.importorskip("mlflow")
 
 
 @pytest.fixture(scope="module")

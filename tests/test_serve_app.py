@@ -19,8 +19,8 @@ from jeirt_ray.model.train import TrainConfig
 
 from .conftest import free_port, local_ray, registry_env, wait_for
 
-ray = pytest.importorskip("ray")
-httpx = pytest.importorskip("httpx")
+import httpx
+import ray
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "serve-test"
 TOKEN = "test-token"

@@ -36,7 +36,6 @@ def test_bad_sweep_config_names_file_and_problem(tmp_path, body, message):
 
 @pytest.mark.slow
 def test_smoke_sweep_registers_best_and_nests_runs(tmp_path, monkeypatch):
-    pytest.importorskip("ray")
     import ray
     from mlflow import MlflowClient
     monkeypatch.setenv("JEIRT_HOME", str(tmp_path))

@@ -7,7 +7,8 @@ and `data: [DONE]`. The text names the server and echoes the last user message, 
 tell who answered. `--fail CODE` answers that status instead; `--delay S` waits before the
 first byte; `--drip S` sends a non-streamed answer in 16 pieces S seconds apart; `--pad N` adds
 N characters to every answer; a stream asked with `stream_options.include_usage` ends with a
-usage chunk, as OpenAI's does. `GET /calls` counts the completions it was asked for, and `/headers` shows the last
+usage chunk, as OpenAI's does (`--no-usage`: never, as some
+servers do). `GET /calls` counts the completions it was asked for, and `/headers` shows the last
 request's Authorization header (to check API keys are sent)."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 
 def make_app(name: str, fail: int | None = None, delay: float = 0.0, chunk_delay: float = 0.0, drip: float = 0.0,
-             pad: int = 0) -> FastAPI:
+             pad: int = 0, report_usage: bool = True) -> FastAPI:
     app = FastAPI()
     state = {"calls": 0, "authorization": None, "models": []}
 
@@ -78,7 +79,7 @@ def make_app(name: str, fail: int | None = None, delay: float = 0.0, chunk_delay
             end = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": body.get("model"),
                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
             yield f"data: {json.dumps(end)}\n\n"
-            if (body.get("stream_options") or {}).get("include_usage"):
+            if report_usage and (body.get("stream_options") or {}).get("include_usage"):
                 yield f"data: {json.dumps({**end, 'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -141,8 +142,9 @@ def main():
     ap.add_argument("--chunk-delay", type=float, default=0.0)
     ap.add_argument("--drip", type=float, default=0.0)
     ap.add_argument("--pad", type=int, default=0)
+    ap.add_argument("--no-usage", action="store_true")
     a = ap.parse_args()
-    uvicorn.run(make_app(a.name, a.fail, a.delay, a.chunk_delay, a.drip, a.pad), host="127.0.0.1", port=a.port, log_level="warning")
+    uvicorn.run(make_app(a.name, a.fail, a.delay, a.chunk_delay, a.drip, a.pad, not a.no_usage), host="127.0.0.1", port=a.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ the LLMs; `budget` drops those costing more per call; `min_p` those whose p fall
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from functools import cached_property
 
 import numpy as np
@@ -30,6 +32,7 @@ from .prices import LLMPrices, OutputLengths, cost_matrix, token_counter
 
 COST_POLICIES = ("cost_weighted", "cheapest_within_margin", "quality_target", "budget")
 BUDGET_QUERIES = 2000  # the space's own questions that a budget's cost weight is calibrated on
+BUDGET_CACHE = 256  # budgets whose cost weight a router remembers
 
 
 class RequestError(ValueError):
@@ -76,7 +79,8 @@ class SpaceRouter:
         if chosen and space.routing:
             fields = {k: chosen[k] for k in Policy.model_fields if k in chosen}
             self.tuned = (Policy(**fields), SignalBuilder.from_arrays(space.routing, chosen["benchmarks"]))
-        self._budget_weights: dict[float, float] = {}
+        self._budget_weights: OrderedDict[float, float] = OrderedDict()  # an LRU of BUDGET_CACHE
+        self._budget_lock = threading.Lock()  # routes run in worker threads
 
     @property
     def priced(self) -> bool:
@@ -108,20 +112,29 @@ class SpaceRouter:
         xn = x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-9)
         return [str(self.benchmarks[i]) for i in (xn @ self.centroids.T).argmax(1)]
 
-    def budget_weight(self, budget_per_1k: float) -> float:
-        """The least cost weight at which the expected spend per 1,000 of the space's own questions
-        (a seeded sample) meets `budget_per_1k`; a budget below the cheapest LLM's spend gets the
-        weight that always picks the cheapest."""
-        if budget_per_1k in self._budget_weights:
-            return self._budget_weights[budget_per_1k]
+    @cached_property
+    def _budget_sample(self) -> tuple[np.ndarray, np.ndarray]:
+        """(P(correct), USD) of a seeded sample of the space's own questions, once per router."""
         emb = self.space.question_embeddings
         if emb is None or not len(emb):
             raise Conflict("the budget policy needs the space's questions (saved with it) to calibrate on")
         rows = np.random.default_rng(0).permutation(len(emb))[:BUDGET_QUERIES]
         texts = getattr(self.space, "question_texts", None)
         x = np.asarray(emb[rows], dtype=np.float32)
-        c = self.cost_matrix(x, [texts[i] for i in rows] if texts else None)
-        p = self.space.predict_proba(x)
+        return self.space.predict_proba(x), self.cost_matrix(x, [texts[i] for i in rows] if texts else None)
+
+    def budget_weight(self, budget_per_1k: float) -> float:
+        """The least cost weight at which the expected spend per 1,000 of the space's own questions
+        (a seeded sample) meets `budget_per_1k`; a budget below the cheapest LLM's spend gets the
+        weight that always picks the cheapest. Budgets are read to 3 significant digits, and the
+        last BUDGET_CACHE of them remembered: a client cannot grow the cache or make each request
+        recalibrate by sending new floats."""
+        budget_per_1k = float(f"{budget_per_1k:.3g}")
+        with self._budget_lock:
+            if budget_per_1k in self._budget_weights:
+                self._budget_weights.move_to_end(budget_per_1k)
+                return self._budget_weights[budget_per_1k]
+        p, c = self._budget_sample
         everywhere = np.ones(p.shape, bool)
 
         def spend(w: float) -> float:
@@ -137,7 +150,10 @@ class SpaceRouter:
                 mid = np.sqrt(max(lo, hi * 1e-12) * hi)
                 lo, hi = (lo, mid) if spend(mid) <= budget_per_1k else (mid, hi)
             weight = hi
-        self._budget_weights[budget_per_1k] = weight
+        with self._budget_lock:
+            self._budget_weights[budget_per_1k] = weight
+            while len(self._budget_weights) > BUDGET_CACHE:
+                self._budget_weights.popitem(last=False)
         return weight
 
     def candidates(self, names: list[str] | None, budget: float | None, cost: np.ndarray | None) -> np.ndarray:

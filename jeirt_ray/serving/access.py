@@ -1,6 +1,10 @@
 """Who may call what: every request's API key checked, and its limits applied, before its body is
-read (an ASGI middleware), from one table of routes and scopes that also writes the OpenAPI
-schema's security, so the schema says exactly what the service enforces.
+read and before any work is done for it (an ASGI middleware). Each route declares its scope
+where it is defined (`scoped("route")`: the OpenAPI operation's `x-jeirt-scope`); the guard
+finds a request's route as Starlette does (so under a route prefix too) and denies what it does
+not know: a path that no route has is 404 before the app sees it, a route without a declared
+scope stops the service from starting, and websockets are refused. The same declarations write
+the OpenAPI schema's security, so the schema says exactly what the service enforces.
 
 - `required` mode: every route but /health, the docs and the explorer's page needs a key (or the
   admin bootstrap token, JEIRT_API_TOKEN) with the route's scope: 401 without a valid one, 403
@@ -19,22 +23,84 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from .http import error
 from .keys import ADMIN_TOKEN_KEY, PREFIX, Admission, Key, KeyStore, digest
 
 log = logging.getLogger("jeirt.serve")
-SCOPE_OF = {"/v1/route": "route", "/v1/models": "route", "/v1/chat/completions": "chat", "/v1/onboard": "onboard",
-            "/v1/onboard/plan": "onboard",
-            "/v1/explore/map": "explore", "/v1/explore/llms": "explore", "/v1/keys/me": "any"}
+SCOPE_FIELD = "x-jeirt-scope"  # where a route declares its scope (FastAPI's openapi_extra)
+PUBLIC, ANY_KEY = "public", "any"  # no key needed; any valid key (e.g. /v1/keys/me)
 OPEN_SCOPES = {"route", "chat", "explore"}  # need no key in open mode
 KEY_SCOPE = "jeirt.key"  # where a request's verified key waits for its handler (the ASGI scope)
 ACCESS_SECONDS = "jeirt.access_s"  # and how long checking it took (for Server-Timing)
-ADMISSION = "jeirt.admission"  # and its count against the key's limits (a task)
-OVERLAPPED = {"/v1/route", "/v1/chat/completions"}
 SCHEME = "bearer"
+
+
+def scoped(scope: str) -> dict:
+    """A route's declaration of the scope it needs: `@api.post(path, **scoped("route"))`."""
+    return {"openapi_extra": {SCOPE_FIELD: scope}}
+
+
+class Unscoped(RuntimeError):
+    """A route that declares no scope: the service refuses to start rather than guess."""
+
+
+@dataclass(frozen=True)
+class ScopedRoute:
+    path: str  # the full path template (included routers' prefixes added)
+    pattern: re.Pattern
+    methods: frozenset[str] | None
+    scope: str
+
+
+def route_scopes(app) -> list[ScopedRoute]:
+    """Every route of `app` (included routers opened, their prefixes added), in routing order,
+    with the scope it declares (`scoped`); FastAPI's own schema and docs pages are public.
+    Unscoped for a route without one, a mount among them (fail closed: nothing is guessed)."""
+    from starlette.routing import compile_path
+    builtin = {getattr(app, a, None) for a in ("openapi_url", "docs_url", "redoc_url",
+                                                 "swagger_ui_oauth2_redirect_url")} - {None}
+
+    def leaves(routes, prefix: str):
+        for route in routes:
+            inner = getattr(route, "original_router", None)  # FastAPI's include_router (Serve's ingress uses it)
+            if inner is not None:
+                yield from leaves(inner.routes, prefix + (getattr(getattr(route, "include_context", None), "prefix",
+                                                                  "") or ""))
+            else:
+                yield prefix, route
+
+    table = []
+    for prefix, route in leaves(app.router.routes, ""):
+        path = prefix + getattr(route, "path", "")
+        scope = (getattr(route, "openapi_extra", None) or {}).get(SCOPE_FIELD)
+        if scope is None and path in builtin and not hasattr(route, "routes"):
+            scope = PUBLIC
+        if scope is None or hasattr(route, "routes"):
+            raise Unscoped(f"route {path or route!r} declares no scope: add **scoped('<scope>') to its decorator "
+                           f"(access.py)")
+        methods = getattr(route, "methods", None)
+        table.append(ScopedRoute(path, compile_path(path)[0], frozenset(methods) if methods else None, scope))
+    return table
+
+
+def scope_of_request(table: list[ScopedRoute], request: dict) -> str | None:
+    """The scope of the route that will answer this ASGI request, its path read as Starlette's
+    router reads it (less the root path a route prefix sets); a route that lacks the method still
+    names its scope (the app answers 405). None where no route has the path."""
+    from starlette._utils import get_route_path
+    path, method = get_route_path(request), request.get("method")
+    partial = None
+    for route in table:
+        if route.pattern.match(path):
+            if route.methods is None or method in route.methods:
+                return route.scope
+            partial = partial or route.scope
+    return partial
 
 
 class Denied(Exception):
@@ -70,21 +136,17 @@ class Access:
         self.cache_ttl_s, self.cache_max = cache_ttl_s, cache_max
         self.known: OrderedDict[str, tuple[Key | None, float]] = OrderedDict()
 
-    def scope_of(self, path: str) -> str | None:
-        """The scope a path needs; None for public paths (and paths the app does not have)."""
-        return SCOPE_OF.get(path)
+    def needs_key(self, scope: str) -> bool:
+        return scope != PUBLIC and not (self.mode == "open" and scope in OPEN_SCOPES)
 
-    def needs_key(self, scope: str | None) -> bool:
-        return scope is not None and not (self.mode == "open" and scope in OPEN_SCOPES)
+    async def check(self, scope: str, authorization: str | None) -> tuple[Key | None, Admission | None]:
+        """(the caller's key, its admission) or Denied: `authorize`, then `admit`, for a route
+        that needs `scope`."""
+        key = await self.authorize(scope, authorization)
+        return key, await self.admit(key, scope)
 
-    async def check(self, path: str, authorization: str | None) -> tuple[Key | None, Admission | None]:
-        """(the caller's key, its admission) or Denied: `authorize`, then `admit`."""
-        key = await self.authorize(path, authorization)
-        return key, await self.admit(key, path)
-
-    async def authorize(self, path: str, authorization: str | None) -> Key | None:
+    async def authorize(self, scope: str, authorization: str | None) -> Key | None:
         """The caller's key (None: anonymous, where the mode allows), or Denied (401, 403)."""
-        scope = self.scope_of(path)
         secret = _bearer(authorization)
         if secret is None:
             if authorization is not None or self.needs_key(scope):
@@ -96,19 +158,19 @@ class Access:
             return None  # open mode: a client's placeholder (an SDK always sends some key) is no key
         if key is None:
             raise Denied(401, "unknown or revoked API key", {"WWW-Authenticate": "Bearer"})
-        if scope not in (None, "any") and not key.allows(scope):
+        if scope not in (PUBLIC, ANY_KEY) and not key.allows(scope):
             raise Denied(403, f"this key ({key.id}) lacks the {scope!r} scope; its scopes: {', '.join(key.scopes)}")
         return key
 
-    def counted(self, key: Key | None, path: str) -> bool:
-        """Whether this request is counted against the key's limits (public paths, /v1/keys/me
+    def counted(self, key: Key | None, scope: str) -> bool:
+        """Whether this request is counted against the key's limits (public routes, /v1/keys/me
         and the admin token are not)."""
         return (key is not None and key is not ADMIN_TOKEN_KEY and self.store is not None
-                and self.scope_of(path) not in (None, "any"))
+                and scope not in (PUBLIC, ANY_KEY))
 
-    async def admit(self, key: Key | None, path: str) -> Admission | None:
+    async def admit(self, key: Key | None, scope: str) -> Admission | None:
         """Count the request against its key, or Denied (429) over a limit."""
-        if not self.counted(key, path):
+        if not self.counted(key, scope):
             return None
         admission = await self._in_store(self.store.admit, key)
         if not admission.allowed:
@@ -161,17 +223,17 @@ class Access:
             "type": "http", "scheme": "bearer",
             "description": "an API key (`jeirt keys create`), or the service's JEIRT_API_TOKEN (admin)"}
         ref = {"$ref": "#/components/schemas/ErrorBody"}
-        for path, ops in schema.get("paths", {}).items():
-            scope = self.scope_of(path)
+        for ops in schema.get("paths", {}).values():
             for op in ops.values():
-                if scope is None:
+                scope = op.get(SCOPE_FIELD)
+                if scope in (None, PUBLIC):
                     continue
                 needed = self.needs_key(scope)
                 op["security"] = [{SCHEME: []}] if needed else [{}, {SCHEME: []}]
                 answers = {401: "missing, malformed, unknown or revoked API key",
                            429: "over one of the key's limits (Retry-After says when to retry)",
                            503: "the key store cannot be read (Retry-After)"}
-                if scope != "any":
+                if scope != ANY_KEY:
                     answers[403] = f"the key lacks the {scope!r} scope"
                 for code, text in answers.items():
                     op.setdefault("responses", {}).setdefault(str(code), {
@@ -201,62 +263,48 @@ def _bearer(authorization: str | None) -> str | None:
 
 
 class Guard:
-    """The ASGI middleware: the key checked (Access.authorize) before anything else runs, the
-    body not yet read; the key handed to the handler in the ASGI scope; the request counted
-    against the key's limits, and their headers added to the answer. On the routes that do work
-    first (OVERLAPPED: route, chat), counting runs while the handler parses, encodes and routes,
-    and the handler waits for it (`admitted`) before it calls an upstream or answers; elsewhere
-    before the body is read. The Access lives in the app's state (set by the Router replica);
-    without one every request passes (the app is not serving yet)."""
+    """The ASGI middleware: the request's route found (as Starlette's router will find it, route
+    prefix included), its key checked (Access.authorize) and counted against the key's limits
+    (Access.admit) before its body is read or any work is done; the key handed to the handler in
+    the ASGI scope, and the limits' headers added to the answer. A path no route has is 404, a
+    websocket is refused. The Access lives in the app's state (set by the Router replica); without
+    one only public routes answer (the app is not serving yet)."""
 
     def __init__(self, app):
         self.app = app
+        self.table: list | None = None
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             return await self.app(scope, receive, send)
-        access: Access | None = getattr(scope["app"].state, "access", None) if "app" in scope else None
-        if access is None:
-            return await self.app(scope, receive, send)
+        if scope["type"] != "http":  # websockets: no route of the service takes one
+            return await send({"type": "websocket.close", "code": 1008})
+        app = scope["app"]
+        if self.table is None:
+            self.table = route_scopes(app)
         start = time.perf_counter()
+        needs = scope_of_request(self.table, scope)
+        if needs is None:
+            return await error(404, f"no route {scope['path'][:200]!r} (see /docs)")(scope, receive, send)
+        access: Access | None = getattr(app.state, "access", None)
+        if access is None:
+            if needs == PUBLIC:
+                return await self.app(scope, receive, send)
+            return await error(503, "the service is starting; retry shortly", headers={"Retry-After": "5"})(
+                scope, receive, send)
         authorization = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
-        path = scope["path"]
         try:
-            key = await access.authorize(path, None if authorization is None else authorization.decode("latin-1"))
-            admission = None
-            if access.counted(key, path):
-                admission = asyncio.ensure_future(access.admit(key, path))
-                admission.add_done_callback(_retrieved)
-                if path not in OVERLAPPED:
-                    await admission
+            key, admission = await access.check(needs, None if authorization is None else
+                                                authorization.decode("latin-1"))
         except Denied as e:
             return await error(e.status, str(e), headers=e.headers)(scope, receive, send)
-        scope[KEY_SCOPE], scope[ADMISSION], scope[ACCESS_SECONDS] = key, admission, time.perf_counter() - start
+        scope[KEY_SCOPE], scope[ACCESS_SECONDS] = key, time.perf_counter() - start
         if admission is None:
             return await self.app(scope, receive, send)
+        extra = [(k.encode(), v.encode()) for k, v in limit_headers(key, admission.usage).items()]
 
         async def send_with_limits(message):
-            if message["type"] == "http.response.start" and admission.done() and not admission.cancelled() \
-                    and admission.exception() is None:  # a refused request's 429 carries its own
-                message = {**message, "headers": list(message.get("headers", []))
-                           + [(k.encode(), v.encode()) for k, v in limit_headers(key, admission.result().usage).items()]}
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": list(message.get("headers", [])) + extra}
             await send(message)
         await self.app(scope, receive, send_with_limits)
-
-
-def _retrieved(task: asyncio.Future) -> None:
-    """Mark a counting task's failure as seen (the handler may never await it: a 422 first)."""
-    if not task.cancelled():
-        task.exception()
-
-
-async def admitted(scope: dict) -> None:
-    """Wait for the request's count (started by the Guard); HTTP 429 (or 503) if it was refused."""
-    from fastapi import HTTPException
-    admission = scope.get(ADMISSION)
-    if admission is None:
-        return
-    try:
-        await admission
-    except Denied as e:
-        raise HTTPException(e.status, str(e), headers=e.headers) from None

@@ -30,9 +30,10 @@ from ray import serve
 from ..encoders import make_encoder
 from ..routing.decisions import PolicyName
 from ..routing.router import RequestError
-from .access import ACCESS_SECONDS, KEY_SCOPE, Access, admitted, secure_openapi
-from .gateway import (AllFailed, ChatControl, Conversations, Gateway, answer_cost, answer_tokens, decision_only,
-                      reachable_candidates, relay, routing_headers, routing_of)
+from .access import ACCESS_SECONDS, ANY_KEY, KEY_SCOPE, PUBLIC, Access, route_scopes, scoped, secure_openapi
+from .deploy import check_open_host, serve_listens_on
+from .gateway import (AllFailed, ChatControl, Conversations, Gateway, answer_cost, answer_tokens, ask_for_usage,
+                      decision_only, estimated_usage, reachable_candidates, relay, routing_headers, routing_of)
 from .http import ERRORS, TOKEN_ENV, error, make_api, server_timing
 from .keys import ADMIN_TOKEN_KEY, KeyStore
 from .live import LiveSpace, RegistryUnreachable
@@ -134,6 +135,11 @@ class Router:
         self.encoder = encoder if not isinstance(encoder, str) else None
         self.inline = ThreadedEncoder(encoder, encoder_threads, tracking_uri) if isinstance(encoder, str) else None
         self.live = LiveSpace(model, encoder_id, tracking_uri)
+        route_scopes(api)  # a route that declares no scope stops the replica here (access.py)
+        if auth == "open":  # checked where Serve really listens, however it was started
+            host = serve_listens_on()
+            if host is not None:
+                check_open_host(host, "the Router")
         self.access = Access(auth, KeyStore(keys_url), os.environ.get(TOKEN_ENV))
         api.state.access = self.access  # read by the Guard middleware (access.py), before any body is read
         secure_openapi(api, auth)
@@ -174,8 +180,8 @@ class Router:
         x = await self._encode(texts)
         encoded = time.perf_counter()
         core = self.live.current()
-        try:
-            results = core.route(x, texts=texts, **options)
+        try:  # in a worker thread: a route's prediction and costing must not hold the event loop
+            results = await asyncio.to_thread(core.route, x, texts=texts, **options)
         except RequestError as e:
             raise HTTPException(e.status, str(e))
         done = time.perf_counter()
@@ -184,28 +190,19 @@ class Router:
             timing.update(encode=encoded - start, route=done - encoded)
         return RouteResponse(space=core.label, results=results).model_dump()
 
-    @staticmethod
-    async def _admitted(request: Request, timing: dict) -> None:
-        """Wait for the request's count against its key (access.py), timed as `admission`."""
-        start = time.perf_counter()
-        await admitted(request.scope)
-        timing["admission"] = time.perf_counter() - start
-
     # ---- HTTP ------------------------------------------------------------------------------------
-    @api.post("/v1/route", response_model=RouteResponse, responses=ERRORS)
+    @api.post("/v1/route", response_model=RouteResponse, responses=ERRORS, **scoped("route"))
     async def route(self, body: RouteRequest, request: Request = None, response: Response = None) -> dict:
         """Route each query: the LLM its policy chooses, and every LLM's P(correct) (and expected
         cost, where prices are set)."""
         timing = {"access": request.scope.get(ACCESS_SECONDS, 0.0)} if request is not None else {}
         out = await self._route(body.texts, body.options(), timing)
-        if request is not None:
-            await self._admitted(request, timing)
         if response is not None:  # None when called through a handle rather than HTTP
             # where the time went, for clients and load tests (the standard Server-Timing header)
             response.headers["Server-Timing"] = server_timing(timing)
         return out
 
-    @api.post("/v1/chat/completions", response_model=None, responses=CHAT_RESPONSES)
+    @api.post("/v1/chat/completions", response_model=None, responses=CHAT_RESPONSES, **scoped("chat"))
     # the headers are optional, but never null: their types say what a present header holds
     async def chat(self, body: ChatRequest, request: Request = None,
                    x_jeirt_policy: PolicyName = Header(None, description="as the body's `policy`"),
@@ -248,14 +245,14 @@ class Router:
                                             "budget": ctl.max_cost, "min_p": ctl.min_p, "target_p": ctl.target_p,
                                             "target_share": ctl.target_share, "budget_per_1k": ctl.budget_per_1k,
                                             "ranking": max(16, 4 * config.gateway.max_tries)}, timing, route="chat")
-        if request is not None:
-            await self._admitted(request, timing)  # over a limit: 429 here, before any upstream is asked
         routing, p_of = routing_of(routed["results"][0], routed["space"], sticky)
         ranking = routing["ranking"]
         if reachable is None:  # no upstreams configured: the decision only
             return JSONResponse(decision_only(routing), headers=routing_headers(routing, ranking[0], []))
         tries = [(llm, config.upstream(llm)) for llm in ranking]
-        payload = body.upstream_payload()
+        payload, wants_usage = body.upstream_payload(), True
+        if body.stream:  # every stream is asked for its usage, so that budgets see what it cost
+            payload, wants_usage = ask_for_usage(payload)
         try:
             answer = await self.gateway.complete(payload, tries, config.gateway, stream=bool(body.stream))
         except AllFailed as e:
@@ -276,9 +273,17 @@ class Router:
             await self.access.record(key, answer_tokens(usage), cost or 0.0)
             return cost
 
-        if answer.rest is not None:  # the stream's usage (if the upstream sends one) comes at its end
-            return StreamingResponse(relay(answer, config.gateway.stream_max_s, spend), media_type=answer.media_type,
-                                     headers=out_headers)
+        async def streamed(meter) -> None:
+            """A stream's spend: the usage its upstream reported, else counted here (estimated)."""
+            usage = meter.usage
+            if usage is None:
+                usage = await asyncio.to_thread(estimated_usage, body.prompt_text, meter.answer_text())
+                self.metrics.usage_estimated(answer.llm)
+            await spend(usage)
+
+        if answer.rest is not None:  # the stream's usage comes at its end
+            return StreamingResponse(relay(answer, config.gateway.stream_max_s, streamed, strip_usage=not wants_usage),
+                                     media_type=answer.media_type, headers=out_headers)
         cost = await spend(answer.body.get("usage")) if answer.body is not None else None
         if cost is not None:
             out_headers["x-jeirt-cost"] = f"{cost:.8g}"
@@ -290,7 +295,7 @@ class Router:
 
     @api.post("/v1/onboard", response_model=OnboardResponse, responses={
         **ERRORS, 503: {"model": ErrorBody, "description": "the registry cannot be reached (Retry-After); nothing "
-                                                             "was registered"}})
+                                                             "was registered"}}, **scoped("onboard"))
     async def onboard(self, body: OnboardRequest) -> dict:
         """Fit a new LLM's vector from its graded responses and register it (a key with the
         `onboard` scope)."""
@@ -313,7 +318,7 @@ class Router:
 
     @api.post("/v1/onboard/plan", response_model=PlanResponse, responses={
         **ERRORS, 404: {"model": ErrorBody, "description": "an answered question or a benchmark that the space "
-                                                             "does not have"}})
+                                                             "does not have"}}, **scoped("onboard"))
     async def onboard_plan(self, body: PlanRequest) -> dict:
         """The next questions of the served space to ask a new LLM, from its graded answers so far,
         and its predicted accuracy per benchmark with intervals (a key with the `onboard` scope)."""
@@ -341,7 +346,7 @@ class Router:
             raise HTTPException(409, f"the served space cannot plan onboarding: {e}")
         return {"space": core.label, **result.to_dict()}
 
-    @api.get("/v1/models", response_model=ModelsResponse, responses={500: ERRORS[500]})
+    @api.get("/v1/models", response_model=ModelsResponse, responses={500: ERRORS[500]}, **scoped("route"))
     async def models(self) -> dict:
         core = self.live.current()
         prices = core.prices
@@ -370,13 +375,15 @@ class Router:
         except (ValueError, TypeError) as e:  # no stored questions; not a JE-IRT space
             raise HTTPException(409, f"the served space cannot be explored: {e}")
 
-    @api.get("/v1/explore/map", response_model=MapResponse, responses={409: ERRORS[409], 500: ERRORS[500]})
+    @api.get("/v1/explore/map", response_model=MapResponse, responses={409: ERRORS[409], 500: ERRORS[500]},
+             **scoped("explore"))
     async def explore_map(self) -> dict:
         """The map: question directions in 2-D (PCA), coloured by benchmark, with the LLM vectors."""
         label, data = await self._explored("map")
         return {"space": label, **data}
 
-    @api.get("/v1/explore/llms", response_model=LLMsResponse, responses={409: ERRORS[409], 500: ERRORS[500]})
+    @api.get("/v1/explore/llms", response_model=LLMsResponse, responses={409: ERRORS[409], 500: ERRORS[500]},
+             **scoped("explore"))
     async def explore_llms(self) -> dict:
         """Each LLM's predicted accuracy per benchmark, onboarded LLMs marked, and the registry's versions."""
         label, data = await self._explored("llms")
@@ -387,11 +394,11 @@ class Router:
             versions = None
         return {"space": label, **data, "versions": versions}
 
-    @api.get("/", include_in_schema=False)
+    @api.get("/", include_in_schema=False, **scoped(PUBLIC))
     async def page(self) -> HTMLResponse:
         return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))
 
-    @api.get("/static/{name}", include_in_schema=False)
+    @api.get("/static/{name}", include_in_schema=False, **scoped(PUBLIC))
     async def static(self, name: str) -> FileResponse:
         path = static_files().get(name)
         if path is None:
@@ -400,14 +407,14 @@ class Router:
         return FileResponse(path, media_type=media, headers={"Cache-Control": "max-age=3600"})
 
     @api.get("/health", response_model=HealthResponse, response_model_exclude_none=True,
-             responses={500: ERRORS[500]})
+             responses={500: ERRORS[500]}, **scoped(PUBLIC))
     async def health(self, request: Request = None) -> dict:
         """ok or degraded (serving while the registry cannot be read); the details for admin keys."""
         health = self.live.health()
         key = request.scope.get(KEY_SCOPE) if request is not None else None
         return health if request is None or (key is not None and key.allows("admin")) else {"status": health["status"]}
 
-    @api.get("/v1/keys/me", response_model=KeyResponse, responses={500: ERRORS[500]})
+    @api.get("/v1/keys/me", response_model=KeyResponse, responses={500: ERRORS[500]}, **scoped(ANY_KEY))
     async def key_me(self, request: Request) -> dict:
         """The calling key: its scopes, limits, and what it has used this minute, day and month."""
         key = request.scope.get(KEY_SCOPE)

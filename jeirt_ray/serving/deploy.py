@@ -11,6 +11,25 @@ import yaml
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+def check_open_host(host: str | None, where: str = "this service") -> None:
+    """`auth: open` (no keys needed) only where Serve listens on loopback; a ValueError naming the fix."""
+    if host not in LOOPBACK:
+        raise ValueError(f"{where} has args.auth: open on host {host}, where anyone who reaches it could spend your "
+                         "upstreams: serve it on 127.0.0.1, or pass --auth required and give clients keys "
+                         "(`jeirt keys create`)")
+
+
+def serve_listens_on() -> str | None:
+    """The host Serve's HTTP proxies listen on, as its controller holds it (whatever started it:
+    `jeirt serve`, `serve run`, `serve deploy`); None in Serve's local testing mode, which runs
+    without Ray and listens nowhere."""
+    import ray
+    if not ray.is_initialized():
+        return None
+    from ray.serve.context import _get_global_client
+    return _get_global_client().http_config.host
+
+
 def load_config(path: str | Path, model: str | None = None, port: int | None = None, auth: str | None = None):
     """The validated Serve config (Ray's own ServeDeploySchema), with optional overrides of the
     registered model name (every application's args.model), the HTTP port and the access mode
@@ -25,10 +44,8 @@ def load_config(path: str | Path, model: str | None = None, port: int | None = N
             app.setdefault("args", {})["model"] = model
         if auth:
             app.setdefault("args", {})["auth"] = auth
-        if (app.get("args") or {}).get("auth") == "open" and host not in LOOPBACK:
-            raise ValueError(f"{path}: application {app.get('name')!r} has args.auth: open on host {host}, where "
-                             "anyone who reaches it could spend your upstreams: serve it on 127.0.0.1, or pass "
-                             "--auth required and give clients keys (`jeirt keys create`)")
+        if (app.get("args") or {}).get("auth") == "open":
+            check_open_host(host, f"{path}: application {app.get('name')!r}")
     if port is not None:
         raw.setdefault("http_options", {})["port"] = port
     try:

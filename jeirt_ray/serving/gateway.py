@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -259,23 +260,105 @@ async def _read_capped(response, cap: int) -> bytes:
     return bytes(content)
 
 
-async def relay(answer: Answer, max_s: float, on_end=None) -> AsyncIterator[bytes]:
-    """The upstream's stream as it arrives; if it breaks midway (no fallback is possible once
-    bytes went out) or runs past `max_s`, one last server-sent event says so, as OpenAI's API
-    reports errors. `on_end(usage)`: called once the stream is over, with the `usage` of its
-    last event that has one (OpenAI's stream_options.include_usage), else None."""
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+_PENDING: set = set()  # spend records still running after their stream ended (held so they finish)
+
+
+def ask_for_usage(payload: dict) -> tuple[dict, bool]:
+    """(the payload with OpenAI's `stream_options.include_usage` on, whether the client asked for
+    it itself): every stream is asked for its usage, so that a key's budgets see what it cost; the
+    usage-only event is then passed on only to clients that asked for it."""
+    options = payload.get("stream_options")
+    asked = isinstance(options, dict) and options.get("include_usage") is True
+    return {**payload, "stream_options": {**(options if isinstance(options, dict) else {}),
+                                          "include_usage": True}}, asked
+
+
+class StreamMeter:
+    """A chat stream's server-sent events, read as they pass: the last `usage` the upstream reports,
+    the answer's text (for an estimate where it reports none; at most `text_cap` characters), and
+    the usage-only event dropped where `strip_usage` (the client did not ask for it). Events are
+    passed on as the upstream wrote them, whole."""
+
+    def __init__(self, strip_usage: bool = False, text_cap: int = 1 << 20):
+        self.strip, self.cap = strip_usage, text_cap
+        self.buffer, self.usage, self.text, self.chars = b"", None, [], 0
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The whole events `chunk` completes, less a stripped usage event."""
+        self.buffer += chunk
+        out, start = [], 0
+        for end in _EVENT_END.finditer(self.buffer):
+            event = self.buffer[start:end.end()]
+            start = end.end()
+            if self._keep(event):
+                out.append(event)
+        self.buffer = self.buffer[start:]
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        """What is left when the stream ends (an event without its blank line)."""
+        rest, self.buffer = self.buffer, b""
+        return rest if rest and self._keep(rest) else b""
+
+    def _keep(self, event: bytes) -> bool:
+        keep = True
+        for line in event.splitlines():
+            if not line.startswith(b"data:"):
+                continue
+            try:
+                data = json.loads(line[5:])
+            except ValueError:  # [DONE], or not JSON: passed on as it is
+                continue
+            if not isinstance(data, dict):
+                continue
+            usage, choices = data.get("usage"), data.get("choices")
+            if isinstance(usage, dict):
+                self.usage = usage
+                keep = keep and not (self.strip and not choices)
+            for choice in choices if isinstance(choices, list) else ():
+                content = (choice.get("delta") or {}).get("content") if isinstance(choice, dict) else None
+                if isinstance(content, str) and self.chars < self.cap:
+                    self.text.append(content)
+                    self.chars += len(content)
+        return keep
+
+    def answer_text(self) -> str:
+        return "".join(self.text)
+
+
+def estimated_usage(prompt: str, answer: str) -> dict:
+    """OpenAI's `usage` counted here (the bundled tokenizer) for an upstream that reported none,
+    marked `estimated`."""
+    from ..routing.prices import token_counter
+    tokens_in, tokens_out = (int(n) for n in token_counter().count([prompt, answer]))
+    return {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out,
+            "estimated": True}
+
+
+async def relay(answer: Answer, max_s: float, on_end=None, strip_usage: bool = False) -> AsyncIterator[bytes]:
+    """The upstream's stream as it arrives, event by event; if it breaks midway (no fallback is
+    possible once bytes went out) or runs past `max_s`, one last server-sent event says so, as
+    OpenAI's API reports errors. `on_end(meter)`: awaited once the stream is over however it
+    ends, the client's disconnect included (it runs to its end even then), with the StreamMeter
+    that read it (its `usage`: the last one the upstream reported, else None)."""
     import asyncio
 
     import httpx
-    tail = b""
+    meter = StreamMeter(strip_usage)
     try:
         if answer.first:
-            tail = answer.first[-8192:]
-            yield answer.first
+            out = meter.feed(answer.first)
+            if out:
+                yield out
         async with asyncio.timeout(max_s):
             async for chunk in answer.rest:
-                tail = (tail + chunk)[-8192:]
-                yield chunk
+                out = meter.feed(chunk)
+                if out:
+                    yield out
+        out = meter.flush()
+        if out:
+            yield out
     except (httpx.HTTPError, TimeoutError) as e:
         cut = isinstance(e, TimeoutError)
         log.warning("the stream of %s %s", answer.llm, f"ran past {max_s:g} s" if cut else f"broke: {type(e).__name__}")
@@ -283,24 +366,19 @@ async def relay(answer: Answer, max_s: float, on_end=None) -> AsyncIterator[byte
                    else f"the upstream of {answer.llm} broke off the stream ({type(e).__name__})")
         yield f"data: {json.dumps({'error': {'message': message, 'type': 'upstream_error'}})}\n\n".encode()
     finally:
+        ended = asyncio.ensure_future(_ended(answer, on_end, meter))
+        _PENDING.add(ended)
+        ended.add_done_callback(_PENDING.discard)
+        await asyncio.shield(ended)  # a disconnect cancels this wait, not the record
+
+
+async def _ended(answer: Answer, on_end, meter: StreamMeter) -> None:
+    try:
         await answer.close()
-        if on_end is not None:
-            await on_end(stream_usage(tail))
-
-
-def stream_usage(tail: bytes) -> dict | None:
-    """The `usage` of the last server-sent event in `tail` that carries one."""
-    for line in reversed(tail.split(b"\n")):
-        line = line.strip()
-        if not line.startswith(b"data:") or b'"usage"' not in line:
-            continue
-        try:
-            usage = json.loads(line[5:]).get("usage")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(usage, dict):
-            return usage
-    return None
+    except Exception as e:  # the connection is going anyway; the spend must still be counted
+        log.warning("closing the stream of %s failed: %s", answer.llm, type(e).__name__)
+    if on_end is not None:
+        await on_end(meter)
 
 
 # ---- a chat request's routing: the LLMs it may ask, their order, and what the answer says of it ----

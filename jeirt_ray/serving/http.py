@@ -54,7 +54,8 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        limit = self.limits.get(scope["path"], self.default)
+        from starlette._utils import get_route_path
+        limit = self.limits.get(get_route_path(scope), self.default)  # under a route prefix too
         too_large = error(413, f"request body over {limit} bytes; send less per request")
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:

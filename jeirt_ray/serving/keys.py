@@ -221,6 +221,7 @@ class KeyStore:
             count = self._count(c, key.id, per["minute"], key.rpm)
             if count is None:
                 return Admission(False, "rpm", seconds_left(now, "minute"), {**used, "requests_minute": key.rpm})
+        self._prune_due(now)  # route-only traffic records nothing: its minute rows are pruned here
         return Admission(True, usage={**used, "requests_minute": count})
 
     def record(self, key_id: str, tokens: int = 0, usd: float = 0.0, now: float | None = None) -> None:
@@ -231,6 +232,10 @@ class KeyStore:
         with self._begin() as c:
             for period in periods(now).values():
                 self._add(c, key_id, period, tokens=int(tokens), usd=float(usd))
+        self._prune_due(now)
+
+    def _prune_due(self, now: float) -> None:
+        """Prune once a minute, on whichever counted request comes (admitted or recorded)."""
         if now - self.pruned > 60:
             self.prune(now)
 

@@ -24,6 +24,8 @@ class ServeMetrics:
         self.batches = Histogram("jeirt_encoder_batch_size", "queries per encoder forward", boundaries=BATCH)
         self.spend = Counter("jeirt_gateway_spend_usd", "USD spent on upstream answers (their usage tokens x the "
                              "price table), by the LLM that answered", tag_keys=("llm",))
+        self.estimated = Counter("jeirt_gateway_usage_estimated", "streamed answers whose upstream reported no "
+                                 "usage, so the gateway counted their tokens itself", tag_keys=("llm",))
 
     def answered(self, llm: str) -> None:
         self.requests.inc(tags={"llm": llm})
@@ -43,6 +45,9 @@ class ServeMetrics:
     def spent(self, llm: str, usd: float) -> None:
         self.spend.inc(usd, tags={"llm": llm})
 
+    def usage_estimated(self, llm: str) -> None:
+        self.estimated.inc(tags={"llm": llm})
+
 
 class NoMetrics:
     """The same interface, recording nothing (plain tests, Serve's local testing mode)."""
@@ -58,6 +63,8 @@ class NoMetrics:
     def encoder_batch(self, size: int) -> None: ...
 
     def spent(self, llm: str, usd: float) -> None: ...
+
+    def usage_estimated(self, llm: str) -> None: ...
 
 
 def make_metrics():

@@ -66,6 +66,11 @@ class ChatRequest(BaseModel):
     def first_user_text(self) -> str:
         return self._user_texts()[0]
 
+    @property
+    def prompt_text(self) -> str:
+        """Every message's text, for counting the prompt's tokens where an upstream reports none."""
+        return "\n".join(m.content for m in self.messages if m.content)
+
     def upstream_payload(self) -> dict:
         """The request as the upstream gets it: without the gateway's own fields."""
         return self.model_dump(exclude_none=True, exclude=set(CONTROL_FIELDS))
