@@ -261,7 +261,7 @@ def test_a_bad_key_stops_at_once_and_timeouts_are_counted(world, tmp_path, monke
         assert _run(world, server, tmp_path, api_key_env="LLM_KEY", budget=4, register=False)["graded"] == 4
     with ReplayServer(world["data"]) as server:
         server.delay_s = 1.0
-        with pytest.raises(OnboardingStopped, match="timed out"):
+        with pytest.raises(OnboardingStopped, match="no whole answer within"):
             _run(world, server, tmp_path / "slow", timeout_s=0.2, retries=0, max_failures=2)
 
 
@@ -344,3 +344,21 @@ def test_replayed_real_llms_are_graded_as_the_dataset_labels_say(tmp_path):
                      if (llm, q) in labels and q not in twins]
             assert report["graded"] == 30 and len(agree) >= 25 and all(agree), llm
             assert llm in report["new_space"].model_names
+
+
+def test_an_endpoint_that_trickles_or_answers_too_much_is_cut(tmp_path):
+    """The timeout bounds the whole answer (a server sending a byte now and then never ends a
+    read timeout), and an answer is read to a cap, not whole."""
+    from jeirt_ray.api.endpoint import MAX_ANSWER_BYTES, Endpoint
+
+    from .upstream import Upstreams
+    ups = Upstreams()
+    try:
+        trickle = ups.start("trickle", "--drip", "0.4")  # 16 pieces 0.4 s apart: never idle for 1.5 s
+        big = ups.start("big", "--pad", str(MAX_ANSWER_BYTES + 1000))
+        [slow] = Endpoint(trickle, "m", timeout_s=1.5, retries=0).ask({"q": "hi"})
+        assert slow.error == "no whole answer within 1.5 s" and slow.seconds < 3
+        [huge] = Endpoint(big, "m", timeout_s=30, retries=0).ask({"q": "hi"})
+        assert huge.error == f"answered more than {MAX_ANSWER_BYTES} bytes"
+    finally:
+        ups.stop()

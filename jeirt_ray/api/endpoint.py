@@ -127,11 +127,14 @@ class Endpoint:
         for attempt in range(1, self.retries + 2):
             wait = None
             try:
-                r = await client.post(f"{self.url}/chat/completions", json=body)
-            except httpx.TimeoutException:
-                why = f"timed out after {self.timeout_s:g} s"
+                async with asyncio.timeout(self.timeout_s):  # the whole answer: a trickling server ends too
+                    r, content = await _post_capped(client, f"{self.url}/chat/completions", body)
+            except (httpx.TimeoutException, TimeoutError):
+                why = f"no whole answer within {self.timeout_s:g} s"
             except httpx.TransportError as e:
                 why = f"connection failed ({type(e).__name__})"
+            except AnswerTooLarge as e:
+                return Asked(qid, error=str(e), attempts=attempt, seconds=time.perf_counter() - start)
             else:
                 if r.status_code in (401, 403):
                     raise EndpointError(f"the endpoint refused the request with {r.status_code}: give the key "
@@ -148,7 +151,7 @@ class Endpoint:
                                  seconds=time.perf_counter() - start)
                 else:
                     try:
-                        payload = r.json()
+                        payload = json.loads(content)
                         output = payload["choices"][0]["message"]["content"]
                         if not isinstance(output, str):
                             raise TypeError
@@ -163,6 +166,24 @@ class Endpoint:
                 delay = wait if wait is not None else self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random())
                 await asyncio.sleep(min(delay, 60.0))
         return Asked(qid, error=redact(why), attempts=self.retries + 1, seconds=time.perf_counter() - start)
+
+
+MAX_ANSWER_BYTES = 4 << 20  # an endpoint's answer larger than this is an error, not read on
+
+
+class AnswerTooLarge(Exception):
+    pass
+
+
+async def _post_capped(client, url: str, body: dict):
+    """(the response, its body of at most MAX_ANSWER_BYTES)."""
+    async with client.stream("POST", url, json=body) as r:
+        content = bytearray()
+        async for chunk in r.aiter_bytes():
+            content += chunk
+            if len(content) > MAX_ANSWER_BYTES:
+                raise AnswerTooLarge(f"answered more than {MAX_ANSWER_BYTES} bytes")
+        return r, bytes(content)
 
 
 def _retry_after(value: str | None) -> float | None:

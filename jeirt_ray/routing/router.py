@@ -206,6 +206,15 @@ class SpaceRouter:
         expected cost, by p, the first `top_k`). `min_p` allows only the LLMs whose p reaches it."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float32))
         policy = policy or self.default_policy
+        _check_numbers(top_k=(top_k, 1, None, True), ranking=(ranking, 1, None, True),
+                       cost_weight=(cost_weight, 0, None, False), margin=(margin, 0, None, False),
+                       budget=(budget, 0, None, False), min_p=(min_p, 0, 1, False), target_p=(target_p, 0, 1, False),
+                       target_share=(target_share, 0, 1, False), budget_per_1k=(budget_per_1k, 0, None, False))
+        for name, value in (("target_share", target_share), ("budget_per_1k", budget_per_1k)):
+            if value is not None and value == 0:
+                raise RequestError(f"{name} must be above 0")
+        if candidates is not None and (isinstance(candidates, str) or not len(candidates)):
+            raise RequestError("candidates must be a non-empty list of LLM names (leave it out for every LLM)")
         if policy not in POLICIES:
             raise RequestError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
         if (policy in COST_POLICIES or budget is not None) and not self.priced:
@@ -278,3 +287,18 @@ def _centroids(space):
     names = sorted(set(bench))
     c = np.stack([x[bench == b].mean(0) for b in names])
     return names, c / np.linalg.norm(c, axis=1, keepdims=True).clip(1e-9)
+
+
+def _check_numbers(**given) -> None:
+    """RequestError (422) for a setting that is not a finite number within its range: each given
+    as (value, lowest, highest or None, whole number?); None values are not set."""
+    for name, (value, low, high, whole) in given.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or (whole and not float(value).is_integer()):
+            kind = "a whole number" if whole else "a number"
+            raise RequestError(f"{name} must be {kind}, not {value!r}")
+        if not np.isfinite(value) or value < low or (high is not None and value > high):
+            span = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
+            raise RequestError(f"{name} must be {span}, not {value!r}")

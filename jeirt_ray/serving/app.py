@@ -38,7 +38,7 @@ from .http import ERRORS, TOKEN_ENV, error, make_api, server_timing
 from .keys import ADMIN_TOKEN_KEY, KeyStore
 from .live import LiveSpace, RegistryUnreachable
 from .metrics import make_metrics
-from .onboarding import OnboardingService
+from .onboarding import OnboarderBusy, OnboardingService
 from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, HealthResponse, KeyResponse, LLMsResponse, MapResponse,
                       ModelsResponse, OnboardRequest, OnboardResponse, PlanRequest, PlanResponse, RouteRequest,
                       RouteResponse)
@@ -85,6 +85,8 @@ class ThreadedEncoder:
 @serve.deployment(name="Encoder")
 class Encoder:
     def __init__(self, encoder: str, threads: int | None = None, tracking_uri: str | None = None):
+        from ..core.secrets import redact_logs
+        redact_logs("jeirt", "ray.serve", "mlflow")  # every replica, not only the Router: a tracking URI may carry credentials
         self.encoder = ThreadedEncoder(encoder, threads, tracking_uri)
         self.metrics = make_metrics()
 
@@ -101,7 +103,9 @@ class Encoder:
 @serve.deployment(name="Onboarder")
 class Onboarder:
     def __init__(self, model: str, encoder_id: str, tracking_uri: str | None = None):
+        from ..core.secrets import redact_logs
         from ..tracking.registry import bound_http_retries
+        redact_logs("jeirt", "ray.serve", "mlflow")
         bound_http_retries()
         self.service = OnboardingService(model, encoder_id, tracking_uri)
 
@@ -215,7 +219,7 @@ class Router:
                    x_jeirt_sticky: bool = Header(None, description="as the body's `sticky`"),
                    x_jeirt_target_p: float = Header(None, ge=0, le=1, description="as the body's `target_p`"),
                    x_jeirt_target_share: float = Header(None, gt=0, le=1, description="as the body's `target_share`"),
-                   x_jeirt_budget_per_1k: float = Header(None, ge=0, description="as the body's `budget_per_1k`")):
+                   x_jeirt_budget_per_1k: float = Header(None, gt=0, description="as the body's `budget_per_1k`")):
         """OpenAI's chat completions: route the conversation to an LLM and answer with its
         upstream (streamed with `stream: true`), falling back to the next LLM of the policy's
         order when an upstream fails before its first byte. Response headers say who answered
@@ -294,8 +298,9 @@ class Router:
         return JSONResponse({**answer.body, "routing": routing}, headers=out_headers)
 
     @api.post("/v1/onboard", response_model=OnboardResponse, responses={
-        **ERRORS, 503: {"model": ErrorBody, "description": "the registry cannot be reached (Retry-After); nothing "
-                                                             "was registered"}}, **scoped("onboard"))
+        **ERRORS, 503: {"model": ErrorBody, "description": "the registry cannot be reached, or another onboarding "
+                                                             "holds the replica (Retry-After); nothing was registered"}},
+              **scoped("onboard"))
     async def onboard(self, body: OnboardRequest) -> dict:
         """Fit a new LLM's vector from its graded responses and register it (a key with the
         `onboard` scope)."""
@@ -308,7 +313,7 @@ class Router:
             return await self.onboarder.onboard.remote(body.model_dump(), vectors)
         except Exception as e:
             cause = getattr(e, "cause", e)
-            if isinstance(cause, RegistryUnreachable):
+            if isinstance(cause, (RegistryUnreachable, OnboarderBusy)):
                 raise HTTPException(503, str(cause), headers={"Retry-After": "10"})
             if isinstance(cause, RequestError):
                 raise HTTPException(cause.status, str(cause))

@@ -19,6 +19,13 @@ log = logging.getLogger("jeirt.serve")
 from .schemas import OnboardRequest
 
 
+LOCK_WAIT_S = 60.0  # how long an onboarding waits for the one before it (each registers a version in turn)
+
+
+class OnboarderBusy(Exception):
+    """The replica is still registering an earlier onboarding (HTTP 503 with Retry-After)."""
+
+
 class OnboardingService:
     def __init__(self, model: str, encoder_id: str, tracking_uri: str | None = None, alias: str = "champion"):
         from ..tracking.registry import SpaceRegistry
@@ -32,14 +39,21 @@ class OnboardingService:
         that cannot be reached is RegistryUnreachable (HTTP 503); the version is created last,
         so a failure on the way leaves none behind."""
         from ..tracking.registry import unreachable
-        async with self.lock:
-            try:
-                return await asyncio.to_thread(self._onboard, request, text_vectors)
-            except Exception as e:
-                if isinstance(e, RequestError) or not unreachable(e):
-                    raise
-                raise RegistryUnreachable(f"the registry cannot be reached ({type(e).__name__}); nothing was "
-                                          f"registered: retry shortly") from None
+        try:
+            async with asyncio.timeout(LOCK_WAIT_S):
+                await self.lock.acquire()
+        except TimeoutError:
+            raise OnboarderBusy(f"another onboarding has held this replica for over {LOCK_WAIT_S:g} s; nothing "
+                                "was registered: retry shortly") from None
+        try:
+            return await asyncio.to_thread(self._onboard, request, text_vectors)
+        except Exception as e:
+            if isinstance(e, RequestError) or not unreachable(e):
+                raise
+            raise RegistryUnreachable(f"the registry cannot be reached ({type(e).__name__}); nothing was "
+                                      f"registered: retry shortly") from None
+        finally:
+            self.lock.release()
 
     def _newest_loadable(self, versions: list[dict]):
         """(space, version) of the newest of `versions` (newest first) that loads: one whose

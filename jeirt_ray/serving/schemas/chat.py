@@ -42,7 +42,7 @@ class ChatRequest(BaseModel):
                                                                  "this")
     target_share: float | None = Field(None, gt=0, le=1, description="quality_target: the cheapest LLM whose p "
                                                                      "reaches this share of the best p")
-    budget_per_1k: float | None = Field(None, ge=0, description="budget: USD per 1,000 requests on average")
+    budget_per_1k: float | None = Field(None, gt=0, description="budget: USD per 1,000 requests on average")
 
     _numbers = field_validator("max_cost", "min_p", "target_p", "target_share", "budget_per_1k",
                                mode="before")(_a_number)

@@ -33,7 +33,7 @@ class RouteRequest(BaseModel):
                                                                  "reaches this")
     target_share: float | None = Field(None, gt=0, le=1, description="quality_target: the cheapest LLM whose p "
                                                                      "reaches this share of the best LLM's p")
-    budget_per_1k: float | None = Field(None, ge=0, description="budget: USD per 1,000 queries to spend on "
+    budget_per_1k: float | None = Field(None, gt=0, description="budget: USD per 1,000 queries to spend on "
                                                                 "average")
 
     _numbers = field_validator("top_k", "cost_weight", "margin", "budget", "min_p", "target_p", "target_share",
