@@ -22,12 +22,12 @@ _EXPORTS = {
     "Space": "api.space", "Registry": "api.space",
     "ResponseData": "data", "Split": "data", "DataError": "data", "Prepared": "experiments.prepare",
     "RouteDecision": "routing.decisions", "KeyStore": "serving.keys", "AnswerKey": "data.answer_key",
-    "onboard_endpoint": "api.onboard_endpoint",
+    "onboard_endpoint": "api.onboard_endpoint", "Learner": "api.learner", "evaluate_policy": "learning.offpolicy",
     "Imported": "api.jobs", "load_data": "api.jobs", "import_results": "api.jobs", "prepare": "api.jobs",
     "train": "api.jobs", "evaluate": "api.jobs", "register": "api.jobs", "demo": "api.jobs", "report": "api.jobs",
 }
 __all__ = ["Space", "Registry", "ResponseData", "Split", "DataError", "Prepared", "RouteDecision", "KeyStore", "Imported",
-           "AnswerKey", "onboard_endpoint",
+           "AnswerKey", "onboard_endpoint", "Learner", "evaluate_policy",
            "load_data", "import_results", "prepare", "train", "evaluate", "register", "demo", "report", "__version__"]
 
 if TYPE_CHECKING:  # for type checkers and the API reference
@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # for type checkers and the API reference
     from .serving.keys import KeyStore
     from .data.answer_key import AnswerKey
     from .api.onboard_endpoint import onboard_endpoint
+    from .api.learner import Learner
+    from .learning.offpolicy import evaluate_policy
     from .api.jobs import Imported, demo, evaluate, import_results, load_data, prepare, register, report, train
 
 

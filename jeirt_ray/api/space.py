@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Sequence, Union
+from typing import TYPE_CHECKING, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,9 @@ from ..model.space import CoreSpace
 from ..routing.decisions import DEFAULT_TOP_K, PolicyName, RouteDecision
 from ..routing.prices import LLMPrices, PriceTable, question_costs_of, resolve_prices
 from ..routing.router import SpaceRouter
+
+if TYPE_CHECKING:
+    from .learner import Learner
 
 log = logging.getLogger("jeirt.api")
 
@@ -130,9 +133,16 @@ class Space(CoreSpace):
         if isinstance(candidates, str):
             raise TypeError(f"Space.route: candidates must be a list of LLM names, e.g. [{candidates!r}]")
         return self.router(costs, prices).route(
-            self.embed(texts), texts=texts, policy=policy, candidates=list(candidates) if candidates else None,
+            self.embed(texts), texts=texts, policy=policy, candidates=None if candidates is None else list(candidates),
             top_k=top_k, cost_weight=cost_weight, margin=margin, budget=budget, min_p=min_p, target_p=target_p,
             target_share=target_share, budget_per_1k=budget_per_1k)
+
+    def learner(self, **settings) -> "Learner":
+        """A router over this space that learns from the graded outcomes of its decisions, exploring
+        within a budget and recording each decision's propensity (`jeirt_ray.api.learner.Learner`;
+        settings default to those chosen on validation)."""
+        from .learner import Learner
+        return Learner(self, **settings)
 
     def onboard(self, name: str, questions: Sequence[str], labels: Sequence[float], *, replace: bool = False,
                 holdout: float = 0.2, seed: int = 0) -> "Space":
@@ -200,9 +210,14 @@ def _llm_prices(prices: PricesLike, models: list[str]) -> LLMPrices | None:
 def _texts(texts: Sequence[str], method: str = "embed") -> list[str]:
     if isinstance(texts, (str, bytes)):
         raise TypeError(f"Space.{method}: pass a list of texts, e.g. space.{method}([text])")
-    out = [str(t) for t in texts]
+    out = list(texts)
     if not out:
         raise ValueError(f"Space.{method}: no texts given")
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise TypeError(f"Space.{method}: text {i} is {type(t).__name__} {str(t)[:40]!r}, not a string")
+        if not t.strip():
+            raise ValueError(f"Space.{method}: text {i} is empty or blank: nothing to route")
     return out
 
 

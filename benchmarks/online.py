@@ -1,0 +1,147 @@
+"""Routing that learns from its own traffic, simulated on real labels.
+
+    python benchmarks/online.py [--data DIR] [--prices FILE] --seed S --out F.json [--plot F.png]
+        [--held-out 3] [--members 1] [--max-steps N] [--encoder NAME]
+
+A space is trained with `--held-out` benchmarks (categories) left out entirely, and one more
+left out for validation; the seen categories are split 60/10/30 (training, validation, stream).
+The stream (the seen categories' 30% and every question of the held-out ones, in random order)
+is replayed through each method of `jeirt_ray.experiments.online_sim` (static, online,
+online_full, epsilon_greedy, linucb, category_best, oracle): each step picks an LLM among those
+with a label for the question, receives its label and is charged its price (without --prices
+every LLM costs the same: nothing). The online configuration is chosen on the validation stream
+(the validation category and the seen categories' validation questions). Also measured in the
+same run: applying a batch of 100 outcomes, and one routed query with and without exploration.
+
+JSON: `curve["<step>"]["<method>"]` (accuracy_window, cost_per_1k_window), `final["<method>"]`
+(unseen_accuracy_last_half, seen_accuracy_last_half, cost_per_1k, exploration_cost_share),
+`final["online_minus_static_unseen_ci95"]`, `final["online_minus_static_seen_ci95"]` (paired over
+questions), `adoption_steps` (the cold-started LLM), `narrowed_share` (queries whose candidates
+were narrowed by missing labels), `chosen_config`, `timing`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from _common import dataset_path, parser, write_json
+from jeirt_ray.core import paths
+from jeirt_ray.data import load_data
+from jeirt_ray.encoders import make_encoder
+from jeirt_ray.experiments import online_sim as sim
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
+from jeirt_ray.experiments.selection import fixed_config
+from jeirt_ray.learning import Explorer, OnlineState, Outcomes
+
+
+def costs_of(space, prep, prices_path):
+    """rows -> (n, LLMs) USD per query: the router's own per-query costs from a price table, else 0."""
+    if not prices_path:
+        return lambda rows: np.zeros((len(rows), prep.data.n_models))
+    from jeirt_ray.routing.prices import PriceTable, resolve_prices
+    from jeirt_ray.routing.router import SpaceRouter
+    prices = resolve_prices(prep.data.models, PriceTable.read(prices_path))
+    print(prices.summary(), flush=True)
+    router = SpaceRouter(space, prices=prices)
+    texts = prep.data.texts
+    return lambda rows: router.cost_matrix(prep.X[rows], [texts[i] for i in rows])
+
+
+def timing(space, prep, rows) -> dict:
+    """Milliseconds: a batch of 100 outcomes learned; one query routed with and without exploration."""
+    state = OnlineState(space, 0.05)
+    rng = np.random.default_rng(0)
+    x = prep.X[rows[:100]]
+    batch = Outcomes(x, rng.integers(0, len(state.names), 100), rng.integers(0, 2, 100))
+    state.update(batch)  # warm
+    t = time.perf_counter()
+    for _ in range(5):
+        state.update(batch)
+    update_ms = (time.perf_counter() - t) / 5 * 1000
+    greedy, explore = Explorer(state, explore=0.0), Explorer(state, rule="thompson", explore=1.0)
+    out = {"update_100_outcomes_ms": update_ms, "llms": len(state.names)}
+    for name, ex in (("route_ms_without_exploration", greedy), ("route_ms_with_exploration", explore)):
+        ex.decide(x[:1])
+        t = time.perf_counter()
+        for i in range(100):
+            ex.decide(x[i:i + 1])
+        out[name] = (time.perf_counter() - t) / 100 * 1000
+    out["exploration_adds_ms"] = out["route_ms_with_exploration"] - out["route_ms_without_exploration"]
+    return out
+
+
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    steps = [int(s) for s in result["curve"]]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for m in sim.METHODS:
+        ys = [result["curve"][str(s)][m]["unseen_accuracy_window"] for s in steps]
+        ax.plot(steps, [np.nan if y is None else 100 * y for y in ys], label=m,
+                ls="--" if m in ("category_best", "oracle") else "-")
+    ax.set_xlabel("queries routed")
+    ax.set_ylabel("accuracy on held-out categories, last 500 (%)")
+    ax.set_title(f"{result['data']}, seed {result['seed']}: learning from traffic")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    ap = parser(__doc__)
+    ap.add_argument("--prices", help="price table (CSV, as ../shared/data/prices.csv)")
+    ap.add_argument("--seed", type=int, default=0, help="which categories are held out, the split, the order")
+    ap.add_argument("--plot", help="PNG of the held-out categories' accuracy along the stream")
+    ap.add_argument("--held-out", type=int, default=3, help="categories held out of training (test)")
+    ap.add_argument("--members", type=int, default=1, help="JE-IRT ensemble size (default 1)")
+    ap.add_argument("--max-steps", type=int, default=None, help="at most this many stream queries")
+    ap.add_argument("--full-share", type=float, default=0.05, help="online_full: queries learned from every LLM")
+    ap.add_argument("--epsilon", type=float, default=0.05, help="epsilon_greedy's share of random choices")
+    args = ap.parse_args()
+    data = load_data(dataset_path(args.data, "mmlu_pro"))
+    held, val_cat = sim.choose_categories(data, args.held_out, args.seed)
+    print(f"held out: {held}; validation category: {val_cat}", flush=True)
+    prep = prepare(data, make_encoder(args.encoder), split=sim.held_out_split(data, held + [val_cat], args.seed),
+                   cache_root=paths.cache_dir(), progress=False)
+    space = train_space(prep, fixed_config("jeirt"), members=args.members, seed=args.seed, progress=False)
+    cost_of = costs_of(space, prep, args.prices)
+    in_val_cat = data.benchmarks == val_cat
+    stream_rows = np.flatnonzero((prep.split.question_part == 2) & ~in_val_cat)
+    val_rows = np.flatnonzero((prep.split.question_part == 1) | in_val_cat)
+    test = sim.make_stream(prep, stream_rows, held, cost_of, args.seed, args.max_steps)
+    val = sim.make_stream(prep, val_rows, [val_cat], cost_of, args.seed, args.max_steps)
+    config, tried = sim.choose_config(space, val, prep.X[val.rows], 0.0, args.seed)
+    print(f"chosen on validation: {config}", flush=True)
+    x = prep.X[test.rows]
+    runs = {}
+    for m in ("static", "online", "online_full", "epsilon_greedy", "linucb"):
+        runs[m] = sim.run_method(sim.build(m, space, config, 0.0, args.seed, args.full_share, args.epsilon), test, x)
+        print(f"{m}: unseen {np.mean(runs[m]['correct'][test.unseen]):.4f} seen "
+              f"{np.mean(runs[m]['correct'][~test.unseen]):.4f}", flush=True)
+    runs |= sim.hindsight(test)
+    result = {"data": data.name, "seed": args.seed, "encoder": args.encoder, "members": args.members,
+              "prices": args.prices, "held_out": held, "validation_category": val_cat,
+              "stream": {"queries": int(len(test.rows)), "unseen": int(test.unseen.sum())},
+              "narrowed_share": float(np.isnan(test.labels).any(1).mean()),
+              "chosen_config": config, "validation": tried, **sim.summarise(test, runs)}
+    result["adoption"] = sim.adoption(space, test, x, config, 0.0, args.seed)
+    result["adoption_steps"] = result["adoption"]["adoption_steps"]
+    result["timing"] = timing(space, prep, test.rows)
+    write_json(args.out, result, quiet=True)
+    f = result["final"]
+    for m in sim.METHODS:
+        print(f"{m:15s} unseen {f[m]['unseen_accuracy_last_half']:.4f}  seen {f[m]['seen_accuracy_last_half']:.4f}  "
+              f"cost/1k {f[m]['cost_per_1k']:.4g}  exploration {f[m]['exploration_cost_share']:.3f}")
+    print(f"online - static, unseen last half: {f['online_minus_static_unseen']:+.4f} "
+          f"{f['online_minus_static_unseen_ci95']}; seen {f['online_minus_static_seen']:+.4f} "
+          f"{f['online_minus_static_seen_ci95']}; adoption {result['adoption']}; timing {result['timing']}")
+    if args.plot:
+        plot(result, args.plot)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""The learning router simulated on real labels (benchmarks/online.py).
+
+A space is trained on part of a dataset: some benchmarks (categories) held out entirely, the
+others split into training, validation and a stream part. Then unseen queries arrive in random
+order: the stream part of the seen categories and every question of the held-out ones. At each
+step a method picks an LLM among those with a label for the question (on sparse data the others
+count as unreachable), receives that LLM's label and is charged its price. Methods:
+
+    static          the trained space's choice, never updated (argmax, or cost-weighted with prices)
+    online          the posterior over the LLMs' vectors, updated with the chosen LLM's outcome,
+                    exploring by the rule and share chosen on validation (learning.Explorer)
+    online_full     the same, and on a share `full_share` of the queries every reachable LLM is
+                    asked and learned from (full feedback, charged)
+    epsilon_greedy  the same learning, exploring uniformly at random on a share `epsilon`
+    linucb          a LinUCB contextual bandit per LLM on the same question directions, cold
+    category_best   the best LLM of each category on the stream, in hindsight
+    oracle          a correct LLM whenever one exists (the cheapest, with prices)
+
+The configuration of the online methods (prior variance, exploring rule and share) is chosen on
+a validation stream: one more held-out category and the validation questions of the seen ones,
+never the test stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from ..data.splits import Split, assign_parts
+from ..learning.explore import DEFAULTS, Explorer
+from ..learning.online import OnlineState, Outcomes
+from ..model.onboarding import directions
+from ..model.space import CoreSpace
+from .methods import train_space
+from .prepare import Prepared
+
+METHODS = ("static", "online", "online_full", "epsilon_greedy", "linucb", "category_best", "oracle")
+GRID = {"prior_var": (0.003, 0.03), "residual_var": (0.0, 0.1, 1.0), "evidence": (0.0, 0.01),
+        "rule": ("thompson", "ucb"), "explore": (0.1,)}
+
+
+@dataclasses.dataclass
+class Stream:
+    rows: np.ndarray  # question rows in arrival order
+    unseen: np.ndarray  # (n,) whether the question's category was held out of training
+    labels: np.ndarray  # (n, LLMs) NaN where no label
+    costs: np.ndarray  # (n, LLMs) USD
+    category: np.ndarray  # (n,) benchmark names
+
+
+def held_out_split(data, held: list[str], seed: int, fractions=(0.6, 0.1, 0.3)) -> Split:
+    """Questions of `held` benchmarks in part 2 (the stream); the others split by `fractions`."""
+    part = np.full(data.n_questions, 2, dtype=np.int8)
+    seen = np.flatnonzero(~np.isin(data.benchmarks, held))
+    part[seen] = assign_parts(len(seen), fractions, np.random.default_rng(seed))
+    return Split("online_held_out", seed, part, info={"held_out_benchmarks": list(held)})
+
+
+def choose_categories(data, n_test: int, seed: int) -> tuple[list[str], str]:
+    """(`n_test` held-out test categories, one held-out validation category), drawn by seed."""
+    benches = sorted(set(data.benchmarks))
+    if len(benches) < n_test + 2:
+        raise ValueError(f"{data.name} has {len(benches)} benchmarks: holding out {n_test} for the test and 1 for "
+                         f"validation leaves too few to train on")
+    order = np.random.default_rng(seed).permutation(benches)
+    return sorted(order[:n_test].tolist()), str(order[n_test])
+
+
+def make_stream(prep: Prepared, rows: np.ndarray, held: list[str], cost_of, seed: int, limit: int | None) -> Stream:
+    data = prep.data
+    labels = data.label_matrix(rows)
+    keep = (~np.isnan(labels)).any(1)
+    rows, labels = rows[keep], labels[keep]
+    order = np.random.default_rng(seed + 1).permutation(len(rows))[:limit]
+    rows, labels = rows[order], labels[order]
+    return Stream(rows, np.isin(data.benchmarks[rows], held), labels, cost_of(rows), data.benchmarks[rows])
+
+
+# ---- the methods, one step at a time ------------------------------------------------------------
+
+class Static:
+    def __init__(self, state: OnlineState, weight: float):
+        self.state, self.weight = state, weight
+
+    def features(self, x: np.ndarray):
+        return self.state.geometry(x)
+
+    def step(self, i, geo, costs, allowed, labels):
+        p = self.state.predict_proba(None, geo)[0]
+        return int(np.argmax(np.where(allowed, p - self.weight * costs, -np.inf))), 0.0, 0.0
+
+
+class Online:
+    """Learning with `learning.Explorer`; `full_share`: queries on which every reachable LLM is learned."""
+
+    def __init__(self, state: OnlineState, explorer: Explorer, full_share: float = 0.0, seed: int = 0,
+                 epsilon: float | None = None):
+        self.state, self.explorer, self.full_share = state, explorer, full_share
+        self.epsilon, self.rng = epsilon, np.random.default_rng(seed + 7)
+
+    def features(self, x: np.ndarray):
+        return self.state.geometry(x)
+
+    def step(self, i, geo, costs, allowed, labels):
+        if self.epsilon is not None:  # epsilon-greedy: the posterior means, or any reachable LLM at random
+            p = self.state.predict_proba(None, geo)[0]
+            greedy = int(np.argmax(np.where(allowed, p - self.explorer.weight() * costs, -np.inf)))
+            explored = self.rng.random() < self.epsilon
+            chosen = int(self.rng.choice(np.flatnonzero(allowed))) if explored else greedy
+            extra = max(0.0, costs[chosen] - costs[greedy]) if explored else 0.0
+            learned = [chosen]
+        else:
+            d = self.explorer.decide(None, costs[None], allowed[None], geo=geo)[0]
+            chosen, extra, learned = d.chosen, self.explorer.charge(d, costs), [d.chosen]
+        asked = 0.0
+        if self.full_share and self.rng.random() < self.full_share:
+            learned = np.flatnonzero(allowed).tolist()
+            asked = float(costs[allowed].sum() - costs[chosen])  # the other LLMs' answers, paid for learning
+        rows = [(u.repeat(len(learned), 0), n.repeat(len(learned))) for u, n in geo]
+        self.state.update(Outcomes(np.zeros((len(learned), 1)), np.array(learned), labels[learned]), geo=rows)
+        return chosen, extra + asked, asked
+
+
+class LinUCB:
+    """Disjoint LinUCB (Li et al. 2010): per LLM a ridge regression of the outcome on the
+    question's direction (member 0) and a bias, the arm with the highest upper bound."""
+
+    def __init__(self, space: CoreSpace, alpha: float = 1.0, ridge: float = 1.0, weight: float = 0.0):
+        k, d = len(space.model_names), space.model_vectors(0).shape[1]
+        self.space = space
+        self.A_inv = np.tile(np.eye(d + 1) / ridge, (k, 1, 1))
+        self.b = np.zeros((k, d + 1))
+        self.alpha, self.weight = alpha, weight
+
+    def features(self, x: np.ndarray):
+        return directions(self.space, x)[:1]
+
+    def step(self, i, geo, costs, allowed, labels):
+        f = np.append(geo[0][0][0], 1.0)
+        theta = np.einsum("kde,ke->kd", self.A_inv, self.b)
+        bound = theta @ f + self.alpha * np.sqrt(np.einsum("d,kde,e->k", f, self.A_inv, f))
+        chosen = int(np.argmax(np.where(allowed, bound - self.weight * costs, -np.inf)))
+        a = self.A_inv[chosen]
+        af = a @ f
+        self.A_inv[chosen] = a - np.outer(af, af) / (1.0 + f @ af)
+        self.b[chosen] += labels[chosen] * f
+        return chosen, 0.0, 0.0
+
+
+def run_method(method, stream: Stream, x: np.ndarray) -> dict:
+    """Replay the stream through a method: per step its LLM, label and spend (the chosen LLM's
+    price, plus the other LLMs asked for full feedback), and the exploration's part of that spend
+    (beyond the greedy choice, and the LLMs asked only to learn)."""
+    n = len(stream.rows)
+    chosen, correct, cost, extra = (np.zeros(n, np.int64), np.zeros(n), np.zeros(n), np.zeros(n))
+    start = time.perf_counter()
+    geo = method.features(x)  # the queries' encoder embeddings enter once, as a serving replica's would
+    for i in range(n):
+        allowed = ~np.isnan(stream.labels[i])
+        g = [(u[i:i + 1], nn[i:i + 1]) for u, nn in geo]
+        c, x, asked = method.step(i, g, stream.costs[i], allowed, np.nan_to_num(stream.labels[i]))
+        chosen[i], correct[i], cost[i], extra[i] = c, stream.labels[i, c], stream.costs[i, c] + asked, x
+    return {"chosen": chosen, "correct": correct, "cost": cost, "extra": extra,
+            "seconds_per_step": (time.perf_counter() - start) / max(n, 1)}
+
+
+def hindsight(stream: Stream) -> dict[str, dict]:
+    """category_best and oracle, from the stream's own labels."""
+    import warnings
+    warnings.simplefilter("ignore", RuntimeWarning)  # LLMs without a label in a category: NaN means
+    n, k = stream.labels.shape
+    out = {}
+    best = np.zeros(n, np.int64)
+    for c in set(stream.category):
+        rows = stream.category == c
+        acc = np.nanmean(np.where(np.isnan(stream.labels[rows]), np.nan, stream.labels[rows]), axis=0)
+        best[rows] = int(np.nanargmax(acc))
+    avail = ~np.isnan(stream.labels)
+    # where the category's best has no label for a question, its best reachable one by the same ranking
+    cat_choice = best.copy()
+    for i in np.flatnonzero(~avail[np.arange(n), best]):
+        rows = stream.category == stream.category[i]
+        acc = np.nan_to_num(np.nanmean(stream.labels[rows], axis=0), nan=-1)
+        cat_choice[i] = int(np.argmax(np.where(avail[i], acc, -np.inf)))
+    good = np.nan_to_num(stream.labels) >= 0.5
+    oracle = np.array([int(np.argmin(np.where(good[i] & avail[i], stream.costs[i], np.inf)))
+                       if (good[i] & avail[i]).any() else int(np.argmin(np.where(avail[i], stream.costs[i], np.inf)))
+                       for i in range(n)])
+    for name, ch in (("category_best", cat_choice), ("oracle", oracle)):
+        out[name] = {"chosen": ch, "correct": stream.labels[np.arange(n), ch], "cost": stream.costs[np.arange(n), ch],
+                     "extra": np.zeros(n), "seconds_per_step": 0.0}
+    return out
+
+
+def build(method: str, space: CoreSpace, config: dict, weight: float, seed: int, full_share: float,
+          epsilon: float) -> object:
+    state = OnlineState(space, config["prior_var"], config["evidence"], config["residual_var"])
+    if method == "static":
+        return Static(state, weight)
+    if method == "linucb":
+        return LinUCB(space, weight=weight)
+    explorer = Explorer(state, rule=config["rule"], explore=config["explore"], cost_weight=weight, seed=seed)
+    if method == "online":
+        return Online(state, explorer, seed=seed)
+    if method == "online_full":
+        return Online(state, explorer, full_share=full_share, seed=seed)
+    if method == "epsilon_greedy":
+        return Online(state, explorer, seed=seed, epsilon=epsilon)
+    raise ValueError(f"unknown method {method!r}")
+
+
+def last_half(stream: Stream, run: dict, part: np.ndarray) -> np.ndarray:
+    """The correctness of `part`'s queries that arrived in the second half of the stream."""
+    late = np.arange(len(stream.rows)) >= len(stream.rows) // 2
+    return run["correct"][late & part]
+
+
+def choose_config(space: CoreSpace, stream: Stream, x: np.ndarray, weight: float, seed: int) -> tuple[dict, list[dict]]:
+    """The online method's configuration with the best mean of unseen and seen accuracy over the
+    last half of the validation stream (GRID, every combination)."""
+    import itertools
+    tried = []
+    for values in itertools.product(*GRID.values()):
+        config = dict(zip(GRID, values))
+        run = run_method(build("online", space, config, weight, seed, 0.0, 0.0), stream, x)
+        score = [float(np.mean(last_half(stream, run, stream.unseen))),
+                 float(np.mean(last_half(stream, run, ~stream.unseen)))]
+        tried.append({**config, "unseen": score[0], "seen": score[1], "score": float(np.mean(score))})
+    # ties (to 1 query in 1,000: a validation category without headroom tells the settings apart
+    # little) go to the library's defaults, then to the first in the grid
+    best = max(tried, key=lambda t: (round(t["score"], 3), all(t[k] == DEFAULTS[k] for k in GRID)))
+    return {k: best[k] for k in GRID}, tried
+
+
+def adoption(space: CoreSpace, stream: Stream, x: np.ndarray, config: dict, weight: float, seed: int) -> dict:
+    """A cold-started LLM: the best LLM of one held-out category, its vector reset to the known
+    LLMs' mean with their spread as its prior (no labels), then the online method on the stream.
+    How many of its requests it takes before it holds half of that category's last 50 queries."""
+    import warnings
+    warnings.simplefilter("ignore", RuntimeWarning)  # LLMs without a label in a category: NaN means
+    unseen = sorted(set(stream.category[stream.unseen]))
+    if not unseen:
+        return {"llm": None, "category": None, "adoption_steps": None}
+    hind = hindsight(stream)["category_best"]["chosen"]
+    gaps = {}
+    for c in unseen:
+        rows = stream.category == c
+        acc = np.nan_to_num(np.nanmean(stream.labels[rows], axis=0), nan=-1)
+        k = int(hind[rows][0])
+        gaps[c] = (acc[k] - np.sort(acc)[-2], k)
+    category, (_, k) = max(gaps.items(), key=lambda kv: kv[1][0])  # where the best LLM stands out most
+    state = OnlineState(space, config["prior_var"], config["evidence"], config["residual_var"])
+    others, d = [i for i in range(len(state.names)) if i != k], state.d
+    for m in range(len(state.theta)):  # as OnlineState.add_llm starts a new LLM
+        known = state.theta[m][others, :d]
+        state.theta[m][k] = 0.0
+        state.theta[m][k, :d] = known.mean(0)
+        state.cov[m][k, :d, :] = state.cov[m][k, :, :d] = 0.0
+        state.cov[m][k, :d, :d] = np.eye(d) * max(config["prior_var"], float(known.var(0).mean()))
+    explorer = Explorer(state, rule=config["rule"], explore=config["explore"], cost_weight=weight, seed=seed)
+    run = run_method(Online(state, explorer, seed=seed), stream, x)
+    in_cat = np.flatnonzero(stream.category == category)
+    got = run["chosen"][in_cat] == k
+    requests = np.cumsum(run["chosen"] == k)
+    steps = None
+    for j in range(len(in_cat)):
+        window = got[max(0, j - 49):j + 1]
+        if len(window) >= 50 and window.mean() >= 0.5:
+            steps = int(requests[in_cat[j]])
+            break
+    return {"llm": state.names[k], "category": category, "adoption_steps": steps,
+            "share_last_half": float(got[len(got) // 2:].mean()) if len(got) else None}
+
+
+def paired_ci(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0) -> list[float]:
+    """95% bootstrap interval of mean(a - b), pairs resampled."""
+    diff = np.asarray(a, float) - np.asarray(b, float)
+    if len(diff) == 0:
+        return [float("nan"), float("nan")]
+    rng = np.random.default_rng(seed)
+    boots = diff[rng.integers(0, len(diff), size=(n_boot, len(diff)))].mean(1)
+    return [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
+
+
+def summarise(stream: Stream, runs: dict[str, dict], points: int = 20, window: int = 500) -> dict:
+    n = len(stream.rows)
+    steps = sorted({max(1, int(n * (j + 1) / points)) for j in range(points)})
+    curve = {str(s): {m: {"accuracy_window": float(np.mean(r["correct"][max(0, s - window):s])),
+                          "cost_per_1k_window": float(np.mean(r["cost"][max(0, s - window):s]) * 1000),
+                          "unseen_accuracy_window": _mean_or_none(r["correct"][max(0, s - window):s][
+                              stream.unseen[max(0, s - window):s]])}
+                      for m, r in runs.items()} for s in steps}
+    final = {}
+    for m, r in runs.items():
+        spend = float(r["cost"].sum())
+        final[m] = {"unseen_accuracy_last_half": _mean_or_none(last_half(stream, r, stream.unseen)),
+                    "seen_accuracy_last_half": _mean_or_none(last_half(stream, r, ~stream.unseen)),
+                    "accuracy": float(r["correct"].mean()), "cost_per_1k": float(r["cost"].mean() * 1000),
+                    "exploration_cost_share": float(r["extra"].sum() / spend) if spend > 0 else 0.0,
+                    "ms_per_step": r["seconds_per_step"] * 1000}
+    for part, mask in (("unseen", stream.unseen), ("seen", ~stream.unseen)):
+        final[f"online_minus_static_{part}"] = float(np.mean(last_half(stream, runs["online"], mask))
+                                                     - np.mean(last_half(stream, runs["static"], mask))) \
+            if mask.any() else None
+        final[f"online_minus_static_{part}_ci95"] = paired_ci(last_half(stream, runs["online"], mask),
+                                                              last_half(stream, runs["static"], mask))
+    return {"curve": curve, "final": final}
+
+
+def _mean_or_none(v: np.ndarray) -> float | None:
+    return float(np.mean(v)) if len(v) else None

@@ -1,0 +1,10 @@
+"""Routing that learns from its own traffic: outcomes update the LLMs' vectors (online.py),
+exploration within a budget with recorded propensities (explore.py), and the off-policy
+evaluation of any policy on logged traffic (offpolicy.py). Above routing and the model in the
+layers; below experiments, serving and the API."""
+
+from .explore import Decision, Explorer, Pacer
+from .offpolicy import evaluate_policy, one_hot
+from .online import OnlineState, Outcomes
+
+__all__ = ["Decision", "Explorer", "OnlineState", "Outcomes", "Pacer", "evaluate_policy", "one_hot"]

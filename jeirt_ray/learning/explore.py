@@ -1,0 +1,150 @@
+"""Exploration within a budget, from the posterior of the LLMs' vectors.
+
+Each decision is the greedy choice (the posterior means' P(correct), less `cost_weight` x USD:
+the `cost_weighted` policy; `cost_weight=0` is argmax) except on a share `explore` of the
+queries, where an exploring rule chooses:
+
+- `thompson`: each LLM's logit drawn from its posterior (a draw per member, the members' P
+  averaged), then the same score: an LLM is tried in proportion to the chance that it is best;
+- `ucb`: the logit's mean plus `ucb_z` posterior standard deviations (optimism).
+
+The probability with which the decision chose its LLM (the propensity) is recorded, so that any
+other policy can be evaluated later on the logged traffic (offpolicy.py): for Thompson sampling
+it is the share of `draws` posterior draws in which that LLM wins. The spend on exploration
+(what an explored choice cost beyond the greedy choice) is counted, and an `explore_usd_per_1k`
+cap turns exploration off while it is spent. A `budget_per_1k` pacer moves the cost weight so
+that the realised spend per 1,000 queries meets the budget (read from the charges, so it holds
+on traffic unlike the calibration questions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .online import OnlineState, _sigmoid
+
+RULES = ("thompson", "ucb")
+# the settings of a learning router (OnlineState's and Explorer's), chosen on validation streams
+# (benchmarks/online.py: a held-out validation category and the seen categories' validation
+# questions; docs/results/learning.md)
+DEFAULTS = {"prior_var": 0.003, "residual_var": 1.0, "evidence": 0.0, "rule": "thompson", "explore": 0.1}
+SPAN = 4.0  # standard deviations within which an LLM is still a contender for a draw
+
+
+@dataclass
+class Decision:
+    chosen: int
+    propensity: float  # P(this policy chooses `chosen` | the query, the state)
+    greedy: int  # the choice without exploration
+    explored: bool  # whether the exploring rule made this choice
+    p: np.ndarray  # the posterior means' P(correct) of every LLM
+
+
+@dataclass
+class Pacer:
+    """The cost weight that makes the spend per 1,000 queries meet `budget_per_1k`: multiplied by
+    exp(gain x (spend rate / budget - 1)) after each charge, the rate an exponential average over
+    about `horizon` queries."""
+    budget_per_1k: float
+    weight: float = 1.0
+    gain: float = 0.05
+    horizon: int = 200
+    rate: float | None = None
+
+    def charge(self, usd: float) -> None:
+        per_1k = usd * 1000
+        self.rate = per_1k if self.rate is None else self.rate + (per_1k - self.rate) / self.horizon
+        self.weight *= float(np.exp(self.gain * np.clip(self.rate / self.budget_per_1k - 1, -1, 1)))
+        self.weight = float(np.clip(self.weight, 1e-9, 1e12))
+
+
+@dataclass
+class Explorer:
+    state: OnlineState
+    rule: str = "thompson"
+    explore: float = 1.0  # the share of queries an exploring rule decides
+    cost_weight: float = 0.0  # USD per unit of P(correct) given up (cost_weighted); ignored with a pacer
+    ucb_z: float = 1.0
+    draws: int = 64
+    explore_usd_per_1k: float | None = None
+    pacer: Pacer | None = None
+    seed: int = 0
+    spend: dict = field(default_factory=lambda: {"queries": 0, "usd": 0.0, "exploration_usd": 0.0, "explored": 0})
+
+    def __post_init__(self):
+        if self.rule not in RULES:
+            raise ValueError(f"unknown exploring rule {self.rule!r}: one of {', '.join(RULES)}")
+        if not 0 <= self.explore <= 1:
+            raise ValueError(f"explore must be a share from 0 to 1, not {self.explore!r}")
+        if self.draws < 2:
+            raise ValueError(f"draws must be at least 2, not {self.draws}")
+        self.rng = np.random.default_rng(self.seed)
+
+    def weight(self) -> float:
+        return self.pacer.weight if self.pacer is not None else self.cost_weight
+
+    def may_explore(self) -> bool:
+        if self.explore_usd_per_1k is None:
+            return True
+        allowed = self.explore_usd_per_1k * (self.spend["queries"] + 1) / 1000
+        return self.spend["exploration_usd"] < allowed
+
+    def decide(self, x: np.ndarray, costs: np.ndarray | None = None, allowed: np.ndarray | None = None,
+               geo=None) -> list[Decision]:
+        """One decision per query (rows of x): `costs` (n, LLMs) USD, `allowed` (n, LLMs) the LLMs
+        each query may go to (default all)."""
+        geo = geo or self.state.geometry(x)
+        mean = self.state.logits(geo)  # (members, n, K)
+        n, k = mean.shape[1], mean.shape[2]
+        costs = np.zeros((n, k)) if costs is None else np.asarray(costs, dtype=np.float64)
+        allowed = np.ones((n, k), bool) if allowed is None else np.asarray(allowed, bool)
+        penalty = self.weight() * costs + np.where(allowed, 0.0, np.inf)
+        p = _sigmoid(mean).mean(0)
+        greedy = np.argmax(p - penalty, axis=1)
+        var = self._variance(geo, mean, penalty) if self.explore > 0 else None
+        out = []
+        for i in range(n):
+            explore_share = self.explore if self.may_explore() else 0.0
+            if var is None:
+                explore_pick, share = int(greedy[i]), np.eye(k)[greedy[i]]
+            elif self.rule == "thompson":
+                z = self.rng.standard_normal((self.draws,) + mean[:, i].shape)
+                sampled = _sigmoid(mean[:, i] + np.sqrt(var[:, i]) * z).mean(1)  # (draws, K)
+                wins = np.argmax(sampled - penalty[i], axis=1)
+                explore_pick = int(wins[0])
+                share = np.bincount(wins, minlength=k) / self.draws
+            else:
+                optimistic = _sigmoid(mean[:, i] + self.ucb_z * np.sqrt(var[:, i])).mean(0)
+                explore_pick = int(np.argmax(optimistic - penalty[i]))
+                share = np.eye(k)[explore_pick]
+            explored = bool(self.rng.random() < explore_share)
+            chosen = explore_pick if explored else int(greedy[i])
+            propensity = (1 - explore_share) * (chosen == greedy[i]) + explore_share * share[chosen]
+            out.append(Decision(chosen, float(max(propensity, 1.0 / self.draws)), int(greedy[i]),
+                                explored and chosen != greedy[i], p[i]))
+        return out
+
+    def _variance(self, geo, mean: np.ndarray, penalty: np.ndarray) -> np.ndarray:
+        """The logits' posterior variance for the LLMs that could win a draw: those whose score
+        `SPAN` bounding standard deviations up reaches the best score `SPAN` down (z' cov z costs
+        d^2 per LLM; the others' draws are their means, a difference only in tails beyond SPAN)."""
+        sd = np.sqrt(self.state.variance_bound(geo))
+        upper = _sigmoid(mean + SPAN * sd).mean(0) - penalty
+        lower = (_sigmoid(mean - SPAN * sd).mean(0) - penalty).max(1, keepdims=True)
+        return self.state.logit_variance(geo, only=np.flatnonzero((upper >= lower).any(0)))
+
+    def charge(self, decision: Decision, costs_row: np.ndarray | None) -> float:
+        """Count what a decision spent (its LLM's USD); returns the exploration's share of it."""
+        usd = 0.0 if costs_row is None else float(costs_row[decision.chosen])
+        extra = 0.0
+        if decision.explored and costs_row is not None:
+            extra = max(0.0, usd - float(costs_row[decision.greedy]))
+        self.spend["queries"] += 1
+        self.spend["usd"] += usd
+        self.spend["exploration_usd"] += extra
+        self.spend["explored"] += int(decision.explored)
+        if self.pacer is not None:
+            self.pacer.charge(usd)
+        return extra

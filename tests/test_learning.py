@@ -1,0 +1,198 @@
+"""Routing that learns from its own traffic (jeirt_ray.learning): the posterior update, exploration
+with propensities and a spend cap, the budget pacer, off-policy evaluation, and the simulation of
+benchmarks/online.py on planted data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jeirt_ray.encoders import HashingEncoder
+from jeirt_ray.experiments import online_sim as sim
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
+from jeirt_ray.learning import Explorer, OnlineState, Outcomes, Pacer, evaluate_policy, one_hot
+from jeirt_ray.model.train import TrainConfig
+
+
+@pytest.fixture(scope="module")
+def world(synthetic):
+    """A space trained without one benchmark (and one more kept for validation)."""
+    held, val_cat = sim.choose_categories(synthetic, 1, seed=0)
+    prep = prepare(synthetic, HashingEncoder(384), split=sim.held_out_split(synthetic, held + [val_cat], 0),
+                   progress=False)
+    space = train_space(prep, TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=60), members=1, progress=False)
+    return {"prep": prep, "space": space, "held": held, "val_cat": val_cat}
+
+
+def test_outcomes_are_checked():
+    with pytest.raises(ValueError, match="outcome 1: grade 2.0 is not a number from 0 to 1"):
+        Outcomes(np.zeros((2, 4)), [0, 1], [1.0, 2.0])
+    with pytest.raises(ValueError, match="one row per outcome"):
+        Outcomes(np.zeros((2, 4)), [0], [1.0, 0.0])
+
+
+def test_an_outcome_moves_the_llms_prediction_its_way_and_narrows_its_posterior(world):
+    space, x = world["space"], world["prep"].X[:1]
+    state = OnlineState(space, prior_var=0.1)
+    geo = state.geometry(x)
+    before, var_before = state.predict_proba(x)[0], state.logit_variance(geo)[0, 0]
+    state.update(Outcomes(np.repeat(x, 20, 0), [3] * 20, [1.0] * 20))
+    after, var_after = state.predict_proba(x)[0], state.logit_variance(geo)[0, 0]
+    # precision 1 / 0.1 plus 20 answers x p(1 - p) of about 0.25: the variance falls by about a third
+    assert after[3] > before[3] + 0.05 and var_after[3] < 0.75 * var_before[3]
+    others = np.arange(len(before)) != 3
+    np.testing.assert_allclose(after[others], before[others])  # the other LLMs did not answer
+    assert state.seen[3] == 20
+    with pytest.raises(ValueError, match="LLM column 99"):
+        state.update(Outcomes(x, [99], [1.0]))
+
+
+def test_the_learned_state_is_saved_and_loaded_with_the_space(world, tmp_path):
+    space, x = world["space"], world["prep"].X[:50]
+    state = OnlineState(space, prior_var=0.05)
+    state.update(Outcomes(x, np.arange(50) % len(state.names), np.arange(50) % 2))
+    state.add_llm("newcomer")
+    state.save(tmp_path)
+    again = OnlineState.load(space, tmp_path)
+    np.testing.assert_allclose(again.predict_proba(x), state.predict_proba(x))
+    assert again.names[-1] == "newcomer" and again.seen.sum() == 50
+    other = space.with_model("someone-else", [space.model_vectors(0)[0]])
+    with pytest.raises(ValueError, match="online.safetensors: learned over LLMs"):
+        OnlineState.load(other, tmp_path)
+
+
+def test_propensities_are_the_probabilities_of_the_choices(world):
+    state = OnlineState(world["space"], prior_var=0.3)
+    x = world["prep"].X[:40]
+    greedy = Explorer(state, explore=0.0).decide(x)
+    assert all(d.propensity == 1.0 and d.chosen == d.greedy and not d.explored for d in greedy)
+    # Thompson sampling on every query: the propensity is the share of posterior draws the choice won;
+    # re-deciding one query many times, the empirical frequency of each LLM matches it
+    ex = Explorer(state, rule="thompson", explore=1.0, draws=400, seed=1)
+    q = x[:1]
+    decisions = [ex.decide(q)[0] for _ in range(400)]
+    freq = np.bincount([d.chosen for d in decisions], minlength=len(state.names)) / 400
+    props = np.mean([[d.propensity if d.chosen == k else 0 for k in range(len(freq))] for d in decisions], 0)
+    top = int(freq.argmax())
+    assert abs(np.mean([d.propensity for d in decisions if d.chosen == top]) - freq[top]) < 0.1, (freq, props)
+
+
+def test_exploration_spend_is_capped_and_reported(world):
+    state = OnlineState(world["space"], prior_var=1.0)
+    x = world["prep"].X[:300]
+    k = len(state.names)
+    costs = np.tile(np.linspace(0.001, 0.01, k), (len(x), 1))
+    ex = Explorer(state, rule="thompson", explore=1.0, explore_usd_per_1k=0.5, seed=0)
+    for i in range(len(x)):
+        d = ex.decide(x[i:i + 1], costs[i:i + 1])[0]
+        ex.charge(d, costs[i])
+    assert ex.spend["explored"] > 0
+    assert ex.spend["exploration_usd"] <= 0.5 * len(x) / 1000 + costs.max()  # within one query of the cap
+
+
+def test_the_pacer_meets_a_budget_on_traffic_unlike_its_calibration():
+    """Two LLMs, the dearer one better: the pacer's weight finds the mix that spends the budget."""
+    rng = np.random.default_rng(0)
+    pacer = Pacer(budget_per_1k=4.0, weight=1e-3)
+    spent = []
+    for _ in range(6000):
+        p = np.array([0.5, 0.8]) + rng.normal(0, 0.1, 2)
+        cost = np.array([0.001, 0.01])
+        choice = int(np.argmax(p - pacer.weight * cost))
+        pacer.charge(cost[choice])
+        spent.append(cost[choice])
+    rate = np.mean(spent[3000:]) * 1000
+    assert abs(rate - 4.0) / 4.0 < 0.02, rate
+
+
+def test_off_policy_estimates_hold_the_target_policys_true_value():
+    """Logged by a random policy with known propensities; a deterministic target's value, known
+    from the full labels, lies in the IPS and DR intervals."""
+    rng = np.random.default_rng(0)
+    n, k = 5000, 4
+    truth = rng.uniform(0.2, 0.9, size=(n, k))
+    labels = (rng.random((n, k)) < truth).astype(float)
+    logging = rng.dirichlet(np.ones(k) * 2, size=n)
+    chosen = np.array([rng.choice(k, p=row) for row in logging])
+    propensity = logging[np.arange(n), chosen]
+    target_choice = truth.argmax(1)
+    target = one_hot(target_choice, k)
+    true_value = labels[np.arange(n), target_choice].mean()
+    est = evaluate_policy(chosen, propensity, labels[np.arange(n), chosen], target, reward_model=truth)
+    for name in ("ips", "snips", "dr"):
+        lo, hi = est[f"{name}_ci95"]
+        assert lo <= true_value <= hi, (name, est, true_value)
+    assert est["dr_ci95"][1] - est["dr_ci95"][0] < est["ips_ci95"][1] - est["ips_ci95"][0]  # less variance
+    with pytest.raises(ValueError, match="propensity"):
+        evaluate_policy(chosen, np.zeros(n), labels[np.arange(n), chosen], target)
+
+
+def test_learning_from_the_stream_finds_the_llm_that_is_best_off_the_map(world, synthetic):
+    """Planted: on the held-out category, the LLM that the trained space ranks third answers 90%
+    right and every other 50%; the seen categories keep their real labels. The static router
+    never finds it; learning from the chosen LLMs' outcomes does, without hurting the seen ones."""
+    prep, space, held = world["prep"], world["space"], world["held"]
+    rng = np.random.default_rng(0)
+    k = synthetic.n_models
+    unseen_rows = np.flatnonzero(synthetic.benchmarks == held[0])
+    seen_rows = np.flatnonzero((prep.split.question_part == 2) & ~np.isin(synthetic.benchmarks, held + [world["val_cat"]]))
+    rows = rng.permutation(np.concatenate([rng.choice(unseen_rows, 600), seen_rows]))
+    labels = synthetic.label_matrix(rows)
+    unseen = np.isin(rows, unseen_rows)
+    star = int(np.argsort(-space.predict_proba(prep.X[unseen_rows]).mean(0))[2])
+    planted = (rng.random((unseen.sum(), k)) < 0.5).astype(float)
+    planted[:, star] = rng.random(unseen.sum()) < 0.9
+    labels[unseen] = planted
+    stream = sim.Stream(rows, unseen, labels, np.zeros((len(rows), k)), synthetic.benchmarks[rows])
+    config = {"prior_var": 0.03, "evidence": 0.0, "residual_var": 1.0, "rule": "thompson", "explore": 0.2}
+    runs = {m: sim.run_method(sim.build(m, space, config, 0.0, 0, 0.05, 0.05), stream, prep.X[rows])
+            for m in ("static", "online", "online_full", "epsilon_greedy", "linucb")}
+    runs |= sim.hindsight(stream)
+    out = sim.summarise(stream, runs)
+    final = out["final"]
+    print({m: (f["unseen_accuracy_last_half"], f["seen_accuracy_last_half"]) for m, f in final.items() if m in runs})
+    assert set(sim.METHODS) <= set(final)
+    assert final["static"]["unseen_accuracy_last_half"] < 0.6
+    assert final["online"]["unseen_accuracy_last_half"] > 0.75, final["online"]
+    assert final["online_minus_static_unseen_ci95"][0] > 0.1
+    assert final["online_minus_static_seen_ci95"][1] > 0  # not worse on the seen categories beyond noise
+    assert final["oracle"]["unseen_accuracy_last_half"] >= final["category_best"]["unseen_accuracy_last_half"]
+    step = max(out["curve"], key=int)
+    assert {"accuracy_window", "cost_per_1k_window"} <= set(out["curve"][step]["online"])
+
+
+def test_a_space_learner_routes_with_propensities_learns_and_keeps_what_it_learned(world, synthetic, tmp_path):
+    import jeirt_ray as jr
+    space = jr.Space.from_core(world["space"])
+    learner = space.learner(explore=0.5, seed=3)
+    texts = synthetic.texts[:30].tolist()
+    decisions = learner.route(texts)
+    assert all(0 < d["propensity"] <= 1 and d["chosen"] in space.model_names for d in decisions)
+    assert learner.spend["queries"] == 30 and learner.spend["explored"] > 0
+    learner.learn(texts, [d["chosen"] for d in decisions], [1.0] * 30)
+    learner.save(tmp_path)
+    again = jr.Learner.load(space, tmp_path, explore=0.0)
+    assert [d["greedy"] for d in again.route(texts)] == [d["greedy"] for d in learner.route(texts)]
+    assert again.route(texts[:1], candidates=[space.model_names[4]])[0]["chosen"] == space.model_names[4]
+    with pytest.raises(ValueError, match="not in the space"):
+        learner.learn(texts[:1], ["nobody"], [1.0])
+    with pytest.raises(ValueError, match="text 1 is empty or blank"):
+        learner.route(["fine", "  "])
+    with pytest.raises(TypeError, match="text 0 is NoneType"):
+        space.route([None])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"top_k": 0}, "top_k must be at least 1"), ({"top_k": -2}, "top_k must be at least 1"),
+    ({"top_k": 2.5}, "top_k must be a whole number"), ({"candidates": []}, "candidates must be a non-empty list"),
+    ({"policy": "quality_target", "target_p": 1.5}, "target_p must be from 0 to 1"),
+    ({"policy": "most_likely", "min_p": float("nan")}, "min_p must be from 0 to 1"),
+    ({"cost_weight": "high"}, "cost_weight must be a number, not 'high'"),
+])
+def test_space_route_refuses_settings_out_of_range(world, kwargs, message):
+    """Python callers get the HTTP schema's checks (a 422's RequestError), not a slice or a traceback."""
+    import jeirt_ray as jr
+    space = jr.Space.from_core(world["space"])
+    with pytest.raises(ValueError, match=message):
+        space.route(["What is 2 + 2?"], **kwargs)
