@@ -272,3 +272,40 @@ def test_old_cli_names_still_work_hidden():
     report = get_command(app).commands["report"]
     assert {o.name for o in report.params if getattr(o, "hidden", False)} == {"skip"}
     assert "--studies" in [d for o in report.params for d in o.opts]
+
+
+@pytest.mark.parametrize("responses, words", [
+    ([("a", "q0", 2.0)], ["responses frame", "row 1", "label"]),
+    ([("a", "q0", -1.0)], ["responses frame", "row 1", "label"]),
+    ([("a", "q0", 1.0), ("a", "q0", 0.0)], ["duplicate (model, question_id) pair", "row 2"]),
+    ([("a", "q9", 1.0)], ["not in the questions file", "q9"]),
+])
+def test_frames_are_checked_as_files_are(responses, words):
+    q = pd.DataFrame({"question_id": ["q0", "q1"], "benchmark": ["m", "m"], "text": ["one?", "two?"]})
+    r = pd.DataFrame(responses, columns=["model", "question_id", "label"])
+    with pytest.raises(jr.DataError) as e:
+        jr.ResponseData.from_frames(q, r, name="frames")
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_train_names_what_it_takes_when_given_a_frame():
+    with pytest.raises(TypeError, match="ResponseData.from_frames"):
+        jr.train(pd.DataFrame({"a": [1]}), search=False)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--members", "0"], ["--members", "greater than or equal to 1"]),
+    (["--promote", "champion"], ["--promote needs --register"]),
+    (["--trials", "4"], ["--trials and --criterion are search settings"]),
+    (["--out", "FILE"], ["name a folder to save the space in"]),
+    (["--prices", "MISSING"], ["no such price table file"]),
+], ids=["members-0", "promote-alone", "search-setting-under-fixed", "out-a-file", "prices-missing"])
+def test_train_checks_every_argument_before_training(tmp_path, args, words):
+    """Each is refused at once (exit 2, one line), not after minutes of training."""
+    write_dataset(tmp_path / "d")
+    (tmp_path / "a-file").write_text("x")
+    args = [a.replace("FILE", str(tmp_path / "a-file")).replace("MISSING", str(tmp_path / "no.csv")) for a in args]
+    r = runner.invoke(app, ["train", "--data", str(tmp_path / "d"), "--fixed", "--encoder", "hashing", *args])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and all(w in out for w in words), r.output
+    assert not (tmp_path / ".jeirt").exists()

@@ -43,7 +43,12 @@ def load_data(path: str | Path | None = None) -> ResponseData:
 
 
 def _data(data: DataLike) -> ResponseData:
-    return data if isinstance(data, ResponseData) else load_data(data)
+    if isinstance(data, ResponseData):
+        return data
+    if data is not None and not isinstance(data, (str, Path)):
+        raise TypeError(f"data must be a dataset folder, a ResponseData or None, not {type(data).__name__}: for "
+                        f"frames, jr.ResponseData.from_frames(questions, responses, name=...)")
+    return load_data(data)
 
 
 class Imported(NamedTuple):

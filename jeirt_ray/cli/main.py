@@ -39,7 +39,7 @@ SearchOpt = typer.Option(True, "--search/--fixed", help="choose the configuratio
                          "search (default), or train the fixed configuration in this process (quick, no Ray)")
 TrialsOpt = typer.Option(None, "--trials", help="configurations per search (default: scaled with the data)")
 CriterionOpt = typer.Option("val_loss", "--criterion", help="rank trials by val_loss, val_accuracy or val_auc")
-MembersOpt = typer.Option(None, "--members", help="ensemble size: the best trials of a search, or seeds (default 5)")
+MembersOpt = typer.Option(None, "--members", min=1, help="ensemble size: the best trials of a search, or seeds (default 5)")
 FinetuneOpt = typer.Option(None, "--finetune", help="train the encoder's top K transformer layers end to end "
                            "(top-K, e.g. top-2, or all); the fine-tuned encoder is saved with the space")
 EncoderLrOpt = typer.Option(3e-5, "--encoder-lr", help="with --finetune: the encoder layers' learning rate")
@@ -103,7 +103,17 @@ def train(data: Optional[Path] = DataOpt, encoder: str = EncoderOpt, seed: int =
     Train with --workers N), choose its routing policy on validation and save it."""
     from ..core import paths
     from ..api import jobs as pipeline
+    # every argument checked before the first expensive step (training takes minutes to hours)
+    if promote and not register:
+        raise typer.BadParameter("--promote needs --register NAME (the alias moves on a registered version)")
+    if not search and (trials is not None or criterion != "val_loss"):
+        raise typer.BadParameter("--trials and --criterion are search settings: drop them, or drop --fixed")
+    if out is not None and out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"--out {out} is a file: name a folder to save the space in")
     with expected_failures():
+        if prices is not None:
+            from ..routing.prices import PriceTable
+            PriceTable.read(prices)  # a missing or broken table: its one line now, not after training
         d = pipeline.load_data(data)
         space = pipeline.train(d, encoder=encoder, search=search, members=members, workers=workers, gpus=gpus,
                                finetune=finetune, encoder_lr=encoder_lr, split=split, partial_split=partial_split,

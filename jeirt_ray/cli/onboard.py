@@ -18,7 +18,7 @@ onboard_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
 SpaceOpt = typer.Option("models:/demo@champion", "--space", help="the space: models:/<name>@<alias>, "
                         "models:/<name>/<version>, or a saved folder")
 BenchOpt = typer.Option(None, "--benchmark", help="ask (and predict) only within this benchmark; repeat for more")
-WidthOpt = typer.Option(None, "--target-width", help="stop asking once the vector's part of the 90%% interval "
+WidthOpt = typer.Option(None, "--target-width", min=0, help="stop asking once the vector's part of the 90%% interval "
                         "of the predicted accuracy (what more answers narrow) is narrower than this (e.g. 0.04)")
 
 
@@ -58,8 +58,8 @@ def onboard_cmd(ctx: typer.Context,
                                                           "that holds the endpoint's API key"),
                 upstream_model: Optional[str] = typer.Option(None, help="the model name the endpoint expects"),
                 space: str = SpaceOpt,
-                budget: int = typer.Option(50, "--budget", help="answers to grade"),
-                budget_usd: Optional[float] = typer.Option(None, help="with the new LLM's prices: spend at most "
+                budget: int = typer.Option(50, "--budget", min=1, help="answers to grade"),
+                budget_usd: Optional[float] = typer.Option(None, min=0, help="with the new LLM's prices: spend at most "
                                                            "this on questions (estimated before asking)"),
                 adaptive: bool = typer.Option(True, "--adaptive/--random", help="choose each batch of questions "
                                               "by what the answers so far leave uncertain, or at random"),
@@ -74,8 +74,8 @@ def onboard_cmd(ctx: typer.Context,
                                                           "$JEIRT_HOME/onboarding/<model>.jsonl)"),
                 prices: Optional[Path] = typer.Option(None, help="a price table with the new LLM's row, for the "
                                                       "questions' cost"),
-                price_in: Optional[float] = typer.Option(None, help="USD per million input tokens of the new LLM"),
-                price_out: Optional[float] = typer.Option(None, help="USD per million output tokens"),
+                price_in: Optional[float] = typer.Option(None, min=0, help="USD per million input tokens of the new LLM"),
+                price_out: Optional[float] = typer.Option(None, min=0, help="USD per million output tokens"),
                 register: bool = typer.Option(True, "--register/--no-register", help="register the space with "
                                               "the new LLM as a new version"),
                 promote: bool = typer.Option(False, "--promote", help="move the --space alias to the new version"),
@@ -126,14 +126,14 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
              space: str = SpaceOpt,
              answered: Optional[Path] = typer.Option(None, "--answered", help="its graded answers so far: "
                                                      "CSV/Parquet with question_id, label (0-1)"),
-             k: int = typer.Option(10, "-k", "--k", help="how many questions to plan"),
+             k: int = typer.Option(10, "-k", "--k", min=1, help="how many questions to plan"),
              adaptive: bool = typer.Option(True, "--adaptive/--random"),
              benchmark: Optional[list[str]] = BenchOpt,
-             target_width: float = typer.Option(0.04, "--target-width", help="the stopping rule's width of the vector's part of the interval"),
-             price_in: Optional[float] = typer.Option(None, help="the new LLM's USD per million input tokens: "
+             target_width: float = typer.Option(0.04, "--target-width", min=0, help="the stopping rule's width of the vector's part of the interval"),
+             price_in: Optional[float] = typer.Option(None, min=0, help="the new LLM's USD per million input tokens: "
                                                       "questions are then chosen per dollar"),
-             price_out: Optional[float] = typer.Option(None, help="its USD per million output tokens"),
-             budget_usd: Optional[float] = typer.Option(None, help="with the prices: plan at most this much"),
+             price_out: Optional[float] = typer.Option(None, min=0, help="its USD per million output tokens"),
+             budget_usd: Optional[float] = typer.Option(None, min=0, help="with the prices: plan at most this much"),
              out: Optional[Path] = typer.Option(None, "--out", help="also write the planned questions (id, "
                                                 "benchmark, text) to this CSV"),
              as_json: bool = typer.Option(False, "--json", help="print the plan as JSON")):

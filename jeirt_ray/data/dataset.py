@@ -87,8 +87,18 @@ class ResponseData:
 
     @classmethod
     def from_frames(cls, questions: pd.DataFrame, responses: pd.DataFrame, *, name: str,
-                    synthetic: bool = False, models: list[str] | None = None) -> "ResponseData":
-        """Build from validated frames (see `loaders.validate_*`): ids must already be consistent."""
+                    synthetic: bool = False, models: list[str] | None = None,
+                    validated: bool = False) -> "ResponseData":
+        """Build from frames with the columns of the long format (questions: question_id,
+        benchmark, text; responses: model, question_id, label). They are checked as the folder
+        loader checks files (labels in [0, 1], no empty ids, no response to an unknown question,
+        no (model, question) pair twice: a DataError naming the row, column and value) unless
+        `validated` says a loader did it already."""
+        if not validated:
+            from .loaders import validate_questions, validate_responses
+            questions = validate_questions(questions, "questions frame")
+            responses = validate_responses(responses, pd.Index(questions["question_id"].astype(str)),
+                                           "responses frame")
         qids = questions["question_id"].to_numpy(dtype=object).astype(str)
         qpos = pd.Index(qids)
         model_names = (np.array(models, dtype=str) if models is not None

@@ -120,7 +120,7 @@ def load_long_format(directory: str | Path, name: str | None = None) -> Response
     _not_empty(rtable, "responses", str(rfile))
     questions = validate_questions(qtable, str(qfile))
     responses = validate_responses(rtable, pd.Index(questions["question_id"]), str(rfile))
-    data = ResponseData.from_frames(questions, responses, name=name or d.resolve().name)
+    data = ResponseData.from_frames(questions, responses, name=name or d.resolve().name, validated=True)
     data.extra["folder"] = str(d)  # where side files (answer lengths) are found
     return data
 
