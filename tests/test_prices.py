@@ -259,3 +259,22 @@ def test_jeirt_train_keeps_the_prices_and_answer_lengths_of_a_folder(data, tmp_p
     assert lengths["per_llm"][5] is None  # no answers recorded: the default
     (d,) = space.route(["What is 17 times 23?"], policy="budget", budget_per_1k=1.0)
     assert d["expected_cost"] > 0
+
+
+@pytest.mark.parametrize("text, words", [
+    ("model,input_usd_per_mtok,output_usd_per_mtok\nllm-a,3e-06,1.5e-05\n", ["looks like USD per token", "1,000,000"]),
+    ("[1, 2]", ["row 1", "not a row of model"]),
+])
+def test_price_tables_in_the_wrong_units_or_shape_are_refused(tmp_path, text, words):
+    path = tmp_path / ("p.csv" if text.startswith("model") else "p.yaml")
+    path.write_text(text)
+    with pytest.raises(PriceError) as e:
+        PriceTable.read(path)
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_a_price_table_that_names_none_of_the_llms_is_refused(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("model,input_usd_per_mtok,output_usd_per_mtok\nsomeone-else,1,2\n")
+    with pytest.raises(PriceError, match="names none of the 2 LLMs"):
+        resolve_prices(["llm-a", "llm-b"], PriceTable.read(path))

@@ -45,6 +45,9 @@ def normalise_name(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", str(name).lower())
 
 
+TINY_PRICE = 0.001  # USD per million tokens: a table whose every price is below this is in USD per token
+
+
 class PriceError(ValueError):
     """A price table that cannot be read; the message names the file, row, column and value."""
 
@@ -87,6 +90,9 @@ class PriceTable:
     def from_rows(cls, rows: list[dict], origin: str = "price table") -> "PriceTable":
         prices, names, basis = {}, {}, {}
         for i, row in enumerate(rows, start=1):
+            if not isinstance(row, dict):
+                raise PriceError(f"{origin}, row {i}: {str(row)[:40]!r} is not a row of model, input_usd_per_mtok, "
+                                 f"output_usd_per_mtok")
             name = str(row.get("model", "")).strip()
             if not name:
                 raise PriceError(f"{origin}, row {i}, column 'model': empty model name")
@@ -109,6 +115,11 @@ class PriceTable:
             prices[key], names[key] = tuple(values), name
             if row.get("basis"):
                 basis[key] = str(row["basis"])
+        paid = [v for pair in prices.values() for v in pair if v > 0]
+        if paid and max(paid) < TINY_PRICE:
+            raise PriceError(f"{origin}: every price is below {TINY_PRICE:g} USD per million tokens (the largest is "
+                             f"{max(paid):.3g}): the table looks like USD per token (3e-05 where 30 is meant); "
+                             f"multiply the prices by 1,000,000")
         return cls(prices, names, basis, origin)
 
     def lookup(self, model: str) -> tuple[float, float] | None:
@@ -203,6 +214,9 @@ def resolve_prices(models, table: PriceTable | None = None) -> LLMPrices:
             notes.append(f"{size:g}B parameters in the name, Together AI's 2024 tier {price:g} USD/Mtok")
             continue
         ins.append(np.nan), outs.append(np.nan), sources.append("dearest"), notes.append("")
+    if table is not None and table.prices and "table" not in sources:
+        raise PriceError(f"{table.source} names none of the {len(sources)} LLMs (e.g. {', '.join(map(str, models[:3]))}; "
+                         f"it has {', '.join(list(table.names.values())[:3])}): check the model names")
     ins, outs = np.array(ins, dtype=float), np.array(outs, dtype=float)
     unpriced = np.isnan(ins)
     if unpriced.any():
