@@ -37,8 +37,8 @@ from .methods import train_space
 from .prepare import Prepared
 
 METHODS = ("static", "online", "online_full", "epsilon_greedy", "linucb", "category_best", "oracle")
-GRID = {"prior_var": (0.003, 0.03), "residual_var": (0.0, 0.1, 1.0), "evidence": (0.0, 0.01),
-        "rule": ("thompson", "ucb"), "explore": (0.1,)}
+GRID = {"prior_var": (0.003, 0.03), "residual_var": (0.0, 1.0), "evidence": (0.0,), "rule": ("thompson", "ucb"),
+        "explore": (0.1,)}
 
 
 @dataclasses.dataclass
@@ -252,13 +252,7 @@ def adoption(space: CoreSpace, stream: Stream, x: np.ndarray, config: dict, weig
         gaps[c] = (acc[k] - np.sort(acc)[-2], k)
     category, (_, k) = max(gaps.items(), key=lambda kv: kv[1][0])  # where the best LLM stands out most
     state = OnlineState(space, config["prior_var"], config["evidence"], config["residual_var"])
-    others, d = [i for i in range(len(state.names)) if i != k], state.d
-    for m in range(len(state.theta)):  # as OnlineState.add_llm starts a new LLM
-        known = state.theta[m][others, :d]
-        state.theta[m][k] = 0.0
-        state.theta[m][k, :d] = known.mean(0)
-        state.cov[m][k, :d, :] = state.cov[m][k, :, :d] = 0.0
-        state.cov[m][k, :d, :d] = np.eye(d) * max(config["prior_var"], float(known.var(0).mean()))
+    state.reset_llm(k)
     explorer = Explorer(state, rule=config["rule"], explore=config["explore"], cost_weight=weight, seed=seed)
     run = run_method(Online(state, explorer, seed=seed), stream, x)
     in_cat = np.flatnonzero(stream.category == category)

@@ -31,6 +31,7 @@ RULES = ("thompson", "ucb")
 # questions; docs/results/learning.md)
 DEFAULTS = {"prior_var": 0.003, "residual_var": 1.0, "evidence": 0.0, "rule": "thompson", "explore": 0.1}
 SPAN = 4.0  # standard deviations within which an LLM is still a contender for a draw
+COLD = 200  # outcomes before an LLM added while learning is explored only as the others are
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Explorer:
     cost_weight: float = 0.0  # USD per unit of P(correct) given up (cost_weighted); ignored with a pacer
     ucb_z: float = 1.0
     draws: int = 64
+    contenders: int = 6  # the LLMs (best by the posterior means) that exploring may choose among
     explore_usd_per_1k: float | None = None
     pacer: Pacer | None = None
     seed: int = 0
@@ -78,8 +80,9 @@ class Explorer:
             raise ValueError(f"unknown exploring rule {self.rule!r}: one of {', '.join(RULES)}")
         if not 0 <= self.explore <= 1:
             raise ValueError(f"explore must be a share from 0 to 1, not {self.explore!r}")
-        if self.draws < 2:
-            raise ValueError(f"draws must be at least 2, not {self.draws}")
+        if self.draws < 2 or self.contenders < 1:
+            raise ValueError(f"draws must be at least 2 and contenders at least 1, not {self.draws} and "
+                             f"{self.contenders}")
         self.rng = np.random.default_rng(self.seed)
 
     def weight(self) -> float:
@@ -127,13 +130,21 @@ class Explorer:
         return out
 
     def _variance(self, geo, mean: np.ndarray, penalty: np.ndarray) -> np.ndarray:
-        """The logits' posterior variance for the LLMs that could win a draw: those whose score
-        `SPAN` bounding standard deviations up reaches the best score `SPAN` down (z' cov z costs
-        d^2 per LLM; the others' draws are their means, a difference only in tails beyond SPAN)."""
+        """The logits' posterior variance for the contenders, the others' draws being their means
+        (z' cov z costs d^2 per LLM): the `contenders` best by the posterior means' score, and every
+        LLM added while learning that has had fewer than COLD outcomes (a new LLM is tried where
+        its wide posterior says it may be best), less any that `SPAN` bounding standard deviations
+        up cannot reach the best score `SPAN` down."""
         sd = np.sqrt(self.state.variance_bound(geo))
         upper = _sigmoid(mean + SPAN * sd).mean(0) - penalty
         lower = (_sigmoid(mean - SPAN * sd).mean(0) - penalty).max(1, keepdims=True)
-        return self.state.logit_variance(geo, only=np.flatnonzero((upper >= lower).any(0)))
+        score = _sigmoid(mean).mean(0) - penalty
+        top = np.argsort(-score, axis=1)[:, :self.contenders]
+        chosen = np.zeros(score.shape, bool)
+        chosen[np.arange(len(score))[:, None], top] = True
+        chosen |= (self.state.new & (self.state.seen < COLD))[None, :]
+        chosen &= upper >= lower
+        return self.state.logit_variance(geo, only=np.flatnonzero(chosen.any(0)))
 
     def charge(self, decision: Decision, costs_row: np.ndarray | None) -> float:
         """Count what a decision spent (its LLM's USD); returns the exploration's share of it."""

@@ -89,6 +89,7 @@ class OnlineState:
                 self.cov[m] = np.linalg.inv(np.stack([np.diag(1 / variances) + (z * w[:, k:k + 1]).T @ z
                                                       for k in range(w.shape[1])]))
         self.seen = np.zeros(len(space.model_names), dtype=np.int64)  # outcomes learned per LLM
+        self.new = np.zeros(len(space.model_names), dtype=bool)  # added while learning (add_llm, reset_llm)
 
     @property
     def names(self) -> list[str]:
@@ -157,7 +158,21 @@ class OnlineState:
             self.theta[m] = np.vstack([self.theta[m], row[None]])
             self.cov[m] = np.concatenate([self.cov[m], variances[None]])
         self.seen = np.append(self.seen, 0)
+        self.new = np.append(self.new, True)
         return len(self.names) - 1
+
+    def reset_llm(self, k: int, var: float | None = None) -> None:
+        """Forget what LLM `k`'s vector knows: the known others' mean, with their spread as its
+        prior (a cold start, as `add_llm` starts an LLM without labels)."""
+        others = [i for i in range(len(self.names)) if i != k]
+        d, extra = self.d, self.theta[0].shape[1] - self.d
+        for m in range(len(self.theta)):
+            known = self.theta[m][others, :d]
+            v = var if var is not None else max(self.prior_var, float(known.var(0).mean()))
+            self.theta[m][k] = np.r_[known.mean(0), np.zeros(extra)]
+            self.cov[m][k] = np.diag(np.r_[np.full(d, v), np.full(extra, self.residual_var)])
+            self.prior_diag[k] = np.diag(self.cov[m][k])
+        self.seen[k], self.new[k] = 0, True
 
     def learned_space(self) -> CoreSpace:
         """The space with each LLM's vector set to its posterior mean (what a static router would
@@ -172,7 +187,7 @@ class OnlineState:
         from safetensors.numpy import save_file
         path = Path(folder) / STATE_FILE
         arrays = {f"theta_{m}": t for m, t in enumerate(self.theta)} | {f"cov_{m}": c for m, c in enumerate(self.cov)}
-        arrays["seen"] = self.seen
+        arrays["seen"], arrays["new"] = self.seen, self.new.astype(np.int8)
         save_file(arrays, str(path), metadata={"names": json.dumps(self.names), "prior_var": repr(self.prior_var),
                                                "evidence": repr(self.evidence),
                                                "residual_var": repr(self.residual_var)})
@@ -199,6 +214,7 @@ class OnlineState:
                                  f"{state.theta[m].shape}")
             state.theta[m], state.cov[m] = arrays[f"theta_{m}"].astype(np.float64), arrays[f"cov_{m}"].astype(np.float64)
         state.seen = arrays["seen"].astype(np.int64)
+        state.new = arrays["new"].astype(bool) if "new" in arrays else np.zeros(len(state.names), bool)
         return state
 
 
