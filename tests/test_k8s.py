@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jeirt_ray.serving.manifests import (check_all, check_hardening, check_serve_config, check_service_resilience,
-                                         crd_schemas, load_docs, pod_specs, ray_versions, validate_doc)
+from jeirt_ray.serving.manifests import (check_all, check_hardening, check_network, check_ray_auth, check_serve_config,
+                                         check_service_resilience, crd_schemas, load_docs, pod_specs, ray_versions,
+                                         validate_doc)
 
 from .conftest import missing
 
@@ -153,3 +154,22 @@ def test_the_service_keeps_what_the_cluster_tests_showed():
         "(they may share one node and fail together)"]
     assert broken(serve_edit(lambda d: d["Router"]["autoscaling_config"].update(max_replicas=99))) == [
         "serveConfigV2 jeirt/Router: max 99 replicas, 1 per node, but the worker groups reach 24 nodes"]
+
+
+def test_rays_own_ports_are_private_and_token_authenticated_and_a_regression_is_caught(crds):
+    """The NetworkPolicy opens only Serve's port to every source; every Ray cluster spec turns
+    Ray's token authentication on. Opening the dashboard, or dropping the policy or the token, fails."""
+    docs = [d for path in sorted((ROOT / "k8s").glob("*.yaml")) for d in load_docs(path)]
+    assert check_network(docs) == []
+    rays = [d for d in docs if d.get("kind") in ("RayCluster", "RayJob", "RayService")]
+    assert len(rays) == 5 and all(check_ray_auth(d) == [] for d in rays)
+    policy = copy.deepcopy(next(d for d in docs if d.get("kind") == "NetworkPolicy"))
+    policy["spec"]["ingress"][-1]["ports"].append({"port": 8265, "protocol": "TCP"})
+    assert any("opens 8265 to every source" in e for e in check_network([policy]))
+    policy["spec"]["ingress"].append({})
+    assert any("opens every port" in e for e in check_network([policy]))
+    assert "no NetworkPolicy selects the Ray pods" in check_network([d for d in docs if d.get("kind") != "NetworkPolicy"])[0]
+    service = copy.deepcopy(_doc("ray-service.router.yaml"))
+    service["spec"]["rayClusterConfig"]["authOptions"]["mode"] = "disabled"
+    assert "authOptions.mode: must be token" in check_ray_auth(service)[0]
+    assert validate_doc(next(d for d in docs if d.get("kind") == "NetworkPolicy"), crds) == []

@@ -129,6 +129,59 @@ def check_hardening(doc: dict) -> list[str]:
     return errors
 
 
+# ---- who can reach Ray's own ports -------------------------------------------------------------
+RAY_PRIVATE_PORTS = {6379: "the GCS", 8265: "the dashboard and Jobs API", 10001: "Ray Client",
+                     52365: "the node agents"}
+PUBLIC_PORTS = {8000}  # Serve's HTTP proxy
+
+
+def cluster_spec(doc: dict) -> tuple[str, dict] | None:
+    """(where, the Ray cluster spec) of a RayCluster, RayJob or RayService; None for other kinds."""
+    spec = doc.get("spec") or {}
+    return {"RayCluster": ("spec", spec), "RayJob": ("spec.rayClusterSpec", spec.get("rayClusterSpec") or {}),
+            "RayService": ("spec.rayClusterConfig", spec.get("rayClusterConfig") or {})}.get(doc.get("kind"))
+
+
+def check_ray_auth(doc: dict) -> list[str]:
+    """Every Ray cluster runs with Ray's token authentication."""
+    found = cluster_spec(doc)
+    if found is None:
+        return []
+    where, spec = found
+    if (spec.get("authOptions") or {}).get("mode") != "token":
+        return [f"{where}.authOptions.mode: must be token (Ray's token authentication on the dashboard, Jobs API "
+                f"and GCS)"]
+    return []
+
+
+def _selects_ray_pods(selector: dict) -> bool:
+    return any(e.get("key") == "ray.io/is-ray-node" and e.get("operator") == "Exists"
+               for e in selector.get("matchExpressions", [])) or "ray.io/is-ray-node" in selector.get("matchLabels", {})
+
+
+def check_network(docs: list[dict]) -> list[str]:
+    """A NetworkPolicy selects the Ray pods for ingress, and none of its rules opens one of Ray's
+    own ports (RAY_PRIVATE_PORTS) to every source: a rule without `from` may name only
+    PUBLIC_PORTS."""
+    policies = [d for d in docs if d.get("kind") == "NetworkPolicy"
+                and _selects_ray_pods((d.get("spec") or {}).get("podSelector") or {})
+                and "Ingress" in (d.get("spec") or {}).get("policyTypes", [])]
+    if not policies:
+        return ["no NetworkPolicy selects the Ray pods (ray.io/is-ray-node) for ingress: the dashboard, Jobs API "
+                "and GCS would be open to every pod (k8s/network-policy.yaml)"]
+    errors = []
+    for d in policies:
+        for i, rule in enumerate(d["spec"].get("ingress", [])):
+            if rule.get("from"):
+                continue
+            ports = {p.get("port") for p in rule.get("ports", [])} or {"every port"}
+            opened = sorted(str(p) for p in ports if p not in PUBLIC_PORTS)
+            if opened:
+                errors.append(f"NetworkPolicy {d['metadata']['name']}.spec.ingress[{i}]: opens {', '.join(opened)} to "
+                              f"every source; only {sorted(PUBLIC_PORTS)} may be")
+    return errors
+
+
 def check_service_resilience(doc: dict) -> list[str]:
     """What the cluster tests showed, kept in every RayService: the GCS's tables in Redis (the
     service answers while the head restarts), the in-tree autoscaler with an idle timeout and
@@ -246,10 +299,13 @@ def check_all(root: Path, crd_dir: Path) -> dict[str, list[str]]:
     """{place: [errors]} over every manifest, Serve config and version statement."""
     crds = crd_schemas(crd_dir)
     report: dict[str, list[str]] = {}
+    every = []
     for path in sorted((root / "k8s").glob("*.yaml")):
         for i, doc in enumerate(load_docs(path)):
+            every.append(doc)
             report[f"k8s/{path.name}#{i}:{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"] = \
-                validate_doc(doc, crds) + check_hardening(doc) + check_service_resilience(doc)
+                validate_doc(doc, crds) + check_hardening(doc) + check_service_resilience(doc) + check_ray_auth(doc)
+    report["k8s network"] = check_network(every)
     for path in sorted((root / "deployments").glob("*.yaml")):
         report[f"deployments/{path.name}"] = check_serve_config(yaml.safe_load(path.read_text()))
     versions = ray_versions(root)
