@@ -26,9 +26,9 @@ import numpy as np
 from .online import OnlineState, _sigmoid
 
 RULES = ("thompson", "ucb")
-# the settings of a learning router (OnlineState's and Explorer's), chosen on validation streams
-# (benchmarks/online.py: a held-out validation category and the seen categories' validation
-# questions; docs/results/learning.md)
+# the settings of a learning router (OnlineState's and Explorer's): what zeroeval's validation
+# streams chose (benchmarks/online.py: a held-out validation category and the seen categories'
+# validation questions); mmlu_pro's chose residual_var 0 (docs/results/learning.md)
 DEFAULTS = {"prior_var": 0.003, "residual_var": 1.0, "evidence": 0.0, "rule": "thompson", "explore": 0.1}
 SPAN = 4.0  # standard deviations within which an LLM is still a contender for a draw
 COLD = 200  # outcomes before an LLM added while learning is explored only as the others are
