@@ -4,6 +4,7 @@ limits under concurrent clients, pruning), the access checks the service's middl
 
 import asyncio
 import concurrent.futures
+import http.server
 import logging
 import time
 
@@ -42,6 +43,16 @@ def test_keys_are_created_listed_revoked_and_stored_only_as_hashes(store):
     assert store.verify(secret) is None and store.list() == [] and store.list(revoked=True)[0].revoked
     with pytest.raises(LookupError, match="no live key"):
         store.revoke("alice")
+
+
+def test_a_name_equal_to_another_keys_id_revokes_nothing_until_told_which(store):
+    first, _ = store.create("first", "route")
+    second, _ = store.create(first.id, "route")  # named like the first key's id
+    with pytest.raises(LookupError, match="--by id or --by name"):
+        store.revoke(first.id)
+    assert {k.id for k in store.list()} == {first.id, second.id}
+    assert [k.id for k in store.revoke(first.id, by="name")] == [second.id]
+    assert [k.id for k in store.revoke(first.id, by="id")] == [first.id]
 
 
 @pytest.mark.parametrize("scopes, message", [("route,write", "unknown scope"), ("", "at least one scope")])
@@ -299,3 +310,65 @@ def test_open_mode_only_on_loopback_and_auth_required_overrides_any_config(tmp_p
     with pytest.raises(ValueError, match="serve it on 127.0.0.1, or pass --auth required"):
         load_config(tmp_path / "exposed.yaml")
     assert load_config(tmp_path / "exposed.yaml", auth="required").applications[0].args["auth"] == "required"
+
+
+class _Failing(http.server.BaseHTTPRequestHandler):
+    """A tracking server that refuses every call (403, not retried), its body naming a planted
+    secret."""
+
+    def do_GET(self):
+        body = b'{"error_code": "PERMISSION_DENIED", "message": "db at postgresql://mlflow:BODY-PLANTED@db refused"}'
+        self.send_response(403)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("registry", ["down", "failing"])
+def test_a_failing_onboarder_or_registry_names_no_credentials(monkeypatch, caplog, registry):
+    """The Onboarder replica's own class, its tracking URI carrying a password, the registry down
+    (503) or refusing with a body that names a password (the Router's 500): neither the exception
+    as Ray ships it (its traceback), the answer the Router gives, nor any log line holds a planted
+    secret."""
+    import threading
+    import traceback
+
+    from starlette.requests import Request
+
+    from jeirt_ray.serving.app import Onboarder
+    from jeirt_ray.serving.http import _fault
+    from jeirt_ray.serving.live import RegistryUnreachable
+
+    from .conftest import free_port
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    port, server = free_port(), None
+    if registry == "failing":
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Failing)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    request = {"model": "new", "responses": [{"question_id": "q0", "label": 1.0}]}
+    try:
+        with caplog.at_level(logging.INFO):
+            onboarder = Onboarder.func_or_class("m", "hashing-384", f"http://user:URI-PLANTED@127.0.0.1:{port}")
+            with pytest.raises(Exception) as e:
+                asyncio.run(onboarder.onboard(request, None))
+            if registry == "down":
+                assert isinstance(e.value, RegistryUnreachable) and "nothing was registered" in str(e.value)
+                answer = "".join(traceback.format_exception(e.value))
+            else:
+                try:
+                    raise RuntimeError("the Onboarder replica failed") from e.value  # as the Router sees it
+                except RuntimeError as failure:
+                    scope = {"type": "http", "method": "POST", "path": "/v1/onboard", "headers": []}
+                    answer = asyncio.run(_fault(Request(scope), failure)).body.decode()
+                assert "internal error" in answer and "PERMISSION_DENIED" in caplog.text  # logged, with its traceback
+    finally:
+        if server is not None:
+            server.shutdown()
+    assert "PLANTED" not in answer + caplog.text

@@ -4,6 +4,7 @@ recorded answers (with planted faults), then the same on mmlu_pro's four recorde
 
 import gzip
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from jeirt_ray.api.endpoint import EndpointError
 from jeirt_ray.api.onboard_endpoint import OnboardingStopped, onboard_endpoint
 from jeirt_ray.api.space import Space
 from jeirt_ray.data import DataError
-from jeirt_ray.data.answer_key import AnswerKey, extract_letter, extract_number
+from jeirt_ray.data.answer_key import AnswerKey, extract_letter, extract_number, options_in
 from jeirt_ray.encoders import HashingEncoder
 from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.prepare import prepare
@@ -63,6 +64,11 @@ def test_answer_key_grades_each_kind(tmp_path):
     ({"question_id": ["q1"], "answer": ["A"], "kind": ["essay"]}, "column 'kind', value 'essay'"),
     ({"question_id": ["q1"], "answer": ["ten"], "kind": ["number"]}, "value 'ten'"),
     ({"id": ["q1"], "answer": ["A"]}, "missing ['question_id']"),
+    ({"question_id": ["q1"], "answer": ["nan"], "kind": ["number"]}, "value 'nan'"),
+    ({"question_id": ["q1"], "answer": ["inf"], "kind": ["number"]}, "value 'inf'"),
+    ({"question_id": ["q1", "q2"], "answer": ["A", "F"], "n_options": [4, 4]},
+     "row 2 (line 3), column 'answer', value 'F': the letter is beyond the question's 4 options (A-D)"),
+    ({"question_id": ["q1"], "answer": ["A"], "n_options": [1.5]}, "column 'n_options', value '1.5'"),
 ])
 def test_bad_answer_keys_name_file_row_column_and_value(tmp_path, rows, message):
     path = tmp_path / "key.csv"
@@ -70,6 +76,19 @@ def test_bad_answer_keys_name_file_row_column_and_value(tmp_path, rows, message)
     with pytest.raises(DataError, match=r"key\.csv") as e:
         AnswerKey.read(path)
     assert message in str(e.value)
+
+
+def test_letters_beyond_the_options_a_question_lists_are_refused(tmp_path):
+    assert options_in("Which?\nA. one\nB. two\n(C) three\nI. not an option after a gap") == 3
+    assert options_in("What is 2 + 2?") == 0
+    path = tmp_path / "key.csv"
+    pd.DataFrame({"question_id": ["q1", "q2", "q3"], "answer": ["B", "E", "4"],
+                  "kind": ["letter", "letter", "number"]}).to_csv(path, index=False)
+    key = AnswerKey.read(path)
+    texts = {"q1": "Which?\nA. x\nB. y", "q2": "Which?\nA. x\nB. y\nC. z", "q3": "2 + 2?"}
+    with pytest.raises(DataError, match=r"key\.csv: 1 letter answer\(s\) beyond .* q2 \(answer E, options A-C\)"):
+        key.check_options(texts)
+    key.check_options({**texts, "q2": "Which?\nA. x\nB. y\nC. z\nD. w\nE. v"})
 
 
 @pytest.mark.parametrize("rows, message", [
@@ -290,6 +309,19 @@ def test_cli_onboards_from_an_endpoint_and_plans(world, tmp_path):
     assert r.exit_code == 0, r.output
     report = json.loads(r.output[r.output.index("{"):])
     assert report["graded"] == 6 and report["cost_usd"] > 0 and report["version"] is None
+    assert report["answer_key"] == {"questions": len(world["space"].question_ids), "not_in_space": 0,
+                                    "space_questions_not_in_key": 0}
+    partial = tmp_path / "partial.csv"
+    key = pd.read_csv(world["key"]).iloc[10:]
+    pd.concat([key, pd.DataFrame({"question_id": ["ghost-1", "ghost-2"], "answer": ["A", "B"]})]).to_csv(partial,
+                                                                                                     index=False)
+    with ReplayServer(world["data"]) as server:
+        r = runner.invoke(app, ["onboard", "--endpoint", server.url, "--model", LLM, "--answers", str(partial),
+                                "--space", str(world["folder"]), "--budget", "4", "--no-register",
+                                "--log", str(tmp_path / "b.jsonl")])
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())
+    assert "2 of its" in said and "not in the space (ignored); 10 of the space's questions are not in the key" in said
     r = runner.invoke(app, ["onboard", "plan", "--model", LLM, "--space", str(world["folder"]), "-k", "4", "--json",
                             "--price-in", "3", "--price-out", "15"])
     assert r.exit_code == 0, r.output
@@ -303,6 +335,12 @@ def test_cli_onboards_from_an_endpoint_and_plans(world, tmp_path):
     assert r.exit_code != 0 and "graded.csv" in r.output and "given twice" in r.output
     r = runner.invoke(app, ["onboard", "--model", LLM])
     assert r.exit_code == 2 and "--endpoint" in r.output
+    for url in ("127.0.0.1:8001/v1", "ftp://example.com/v1", "http:///v1", "http://h:port/v1"):
+        started = time.perf_counter()
+        r = runner.invoke(app, ["onboard", "--endpoint", url, "--model", LLM, "--answers", str(world["key"]),
+                                "--space", str(world["folder"]), "--no-register", "--log", str(tmp_path / "c.jsonl")])
+        assert r.exit_code == 2 and "not an http:// or https:// URL with a host" in r.output, (url, r.output)
+        assert time.perf_counter() - started < 5 and not (tmp_path / "c.jsonl").exists()
 
 
 # ---- real recorded answers ---------------------------------------------------------------------

@@ -84,6 +84,21 @@ class AnswerLog:
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
+def check_base_url(url: str) -> str:
+    """`url` if it is an http(s) URL with a host; else a ValueError that says what to pass (a URL
+    without a scheme would otherwise fail every try, retried for a minute)."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"the endpoint URL {redact(url)!r} is not an http:// or https:// URL with a host: pass the "
+                         f"API's base URL, e.g. http://127.0.0.1:8001/v1")
+    return url
+
+
 class Endpoint:
     """An OpenAI-compatible chat endpoint (module docstring). `url`: the API's base, e.g.
     `http://127.0.0.1:8001/v1`; `model`: the model name it expects."""
@@ -92,6 +107,7 @@ class Endpoint:
                  timeout_s: float = 120.0, retries: int = 4, max_tokens: int = 2048, backoff_s: float = 1.0):
         if concurrency < 1 or retries < 0 or timeout_s <= 0:
             raise ValueError("concurrency must be at least 1, retries at least 0, the timeout positive")
+        check_base_url(url)
         self.url, self.model, self.api_key = url.rstrip("/"), model, api_key
         self.concurrency, self.timeout_s, self.retries = concurrency, timeout_s, retries
         self.max_tokens, self.backoff_s = max_tokens, backoff_s

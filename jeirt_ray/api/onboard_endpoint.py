@@ -29,7 +29,7 @@ from ..model.adaptive import DEFAULT_TARGET_WIDTH, plan
 from ..model.onboarding import onboard
 from ..routing.prices import question_costs_of
 from ..tracking.registry import SpaceRegistry
-from .endpoint import AnswerLog, Endpoint, EndpointError, prompt_for
+from .endpoint import AnswerLog, Endpoint, EndpointError, check_base_url, prompt_for
 from .space import Space
 
 log = logging.getLogger("jeirt.onboard")
@@ -66,6 +66,7 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     input and output prices), questions are chosen per dollar of their estimated cost, and
     `budget_usd` caps that estimate over the run."""
     started = time.perf_counter()
+    check_base_url(url)
     if budget < 1:
         raise ValueError("budget must be at least 1 answer")
     if budget_usd is not None and price_usd_per_mtok is None:
@@ -87,9 +88,12 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     if not gradable:
         raise ValueError(f"none of the space's {len(texts)} questions is in the answer key {key.source}: "
                          f"is it the key of the data the space was trained on?")
-    if len(gradable) < len(texts):
-        log.warning("%d of the space's %d questions are not in the answer key %s: only the other %d are asked",
-                    len(texts) - len(gradable), len(texts), key.source, len(gradable))
+    key.check_options(texts)
+    unasked = len(texts) - len(gradable)  # the space's questions the key cannot grade
+    unknown = len(key) - len(gradable)  # the key's questions the space does not have
+    if unasked or unknown:
+        log.warning("answer key %s: %d of the space's %d questions are not in it (not asked); %d of its %d "
+                    "questions are not in the space (ignored)", key.source, unasked, len(texts), unknown, len(key))
     endpoint = Endpoint(url, upstream_model or model, api_key, concurrency=concurrency, timeout_s=timeout_s,
                         retries=retries, max_tokens=max_tokens, backoff_s=backoff_s)
     answers = AnswerLog(answer_log or default_log(model))
@@ -163,7 +167,8 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
         "tokens": {"input": int(tokens_in), "output": int(tokens_out)},
         "cost_usd": None if price_usd_per_mtok is None else
         (tokens_in * price_usd_per_mtok[0] + tokens_out * price_usd_per_mtok[1]) / 1e6,
-        "answer_log": str(answers.path), "version": None}
+        "answer_log": str(answers.path), "version": None,
+        "answer_key": {"questions": len(key), "not_in_space": unknown, "space_questions_not_in_key": unasked}}
     new.metadata.setdefault("onboarded", {})[model] = {
         **new.metadata.get("onboarded", {}).get(model, {}), "from_endpoint": True, "strategy": report["strategy"],
         "graded": len(ids), "predicted_accuracy": summary.predicted["overall"]["accuracy"]}

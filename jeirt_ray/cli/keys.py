@@ -4,6 +4,7 @@ reads (JEIRT_KEYS_URL, or SQLite at $JEIRT_HOME/keys.db; --db for another)."""
 from __future__ import annotations
 
 import contextlib
+from enum import Enum
 from typing import Optional
 
 import typer
@@ -69,10 +70,17 @@ def keys_list(revoked: bool = typer.Option(False, "--revoked", help="also list r
     console.print(table)
 
 
+class By(str, Enum):
+    id = "id"
+    name = "name"
+
+
 @keys_app.command("revoke")
 def keys_revoke(key: str = typer.Argument(..., help="the key's id, or a name (revokes every live key of that name)"),
+                by: Optional[By] = typer.Option(None, "--by", help="read KEY as an id or as a name (default: either; needed "
+                                                      "when it is both)"),
                 db: Optional[str] = DbOpt):
     """Revoke a key; running services refuse it within 5 seconds."""
     with _store(db) as store:
-        gone = store.revoke(key)
+        gone = store.revoke(key, by=by.value if by else None)
     console.print(f"revoked {', '.join(f'{k.id} ({k.name})' for k in gone)}", highlight=False)

@@ -113,6 +113,11 @@ def onboard_cmd(ctx: typer.Context,
                   f"answer to read; {report['resumed']} from the log), {failed} failed, "
                   f"{report['tokens']['input']} + {report['tokens']['output']} tokens{cost}; "
                   f"{report['wall_seconds']:.1f} s")
+    coverage = report["answer_key"]
+    if coverage["not_in_space"] or coverage["space_questions_not_in_key"]:
+        console.print(f"[yellow]answer key {answers}: {coverage['not_in_space']} of its {coverage['questions']} "
+                      f"questions are not in the space (ignored); {coverage['space_questions_not_in_key']} of the "
+                      f"space's questions are not in the key (never asked)[/yellow]", highlight=False)
     if report["version"] is not None:
         console.print(f"registered as version {report['version']} of {report['registered_as']}")
     up = {"url": report["endpoint"], **({"model": upstream_model} if upstream_model else {}),

@@ -1,7 +1,8 @@
 """Answer keys: grading an LLM's raw answer to a question as right or wrong.
 
 An answer key is a table (CSV, CSV.gz or Parquet) with the columns `question_id`, `answer` and
-optionally `kind` (default: the `default_kind` given when reading; other columns are ignored):
+optionally `kind` (default: the `default_kind` given when reading) and `n_options` (a multiple-choice
+question's number of options: its letter must be among them); other columns are ignored:
 
 - `letter`: a multiple-choice letter A-J, extracted with MMLU-Pro's rule (TIGER-AI-Lab/MMLU-Pro,
   compute_accuracy.py): the letter of "answer is (X)" or "answer is X", else of the last
@@ -36,6 +37,7 @@ _LETTER_1 = re.compile(r"answer is \(?([A-J])\)?")
 _LETTER_2 = re.compile(r".*[aA]nswer:\s*([A-J])")
 _LETTER_3 = re.compile(r"\b[A-J]\b(?!.*\b[A-J]\b)", re.DOTALL)
 _FINAL = re.compile(r"(?:answer is|[aA]nswer:)\s*:?\s*(.+)", re.IGNORECASE)
+_OPTION = re.compile(r"^\(?([A-J])[.)]\s", re.MULTILINE)
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
 
 
@@ -66,6 +68,16 @@ def extract_number(text: str) -> float | None:
             if numbers:
                 return float(numbers[0 if part is not text else -1].replace(",", ""))
     return None
+
+
+def options_in(text: str) -> int:
+    """How many options a multiple-choice question's text lists as lines "A. ...", "(B) ...", in
+    order from A (0: none)."""
+    present = set(_OPTION.findall(text))
+    n = 0
+    while n < len(LETTERS) and LETTERS[n] in present:
+        n += 1
+    return n
 
 
 def normalise(text: str) -> str:
@@ -107,8 +119,10 @@ class AnswerKey:
         path = Path(path)
         table = _table(path, "answer key", ("question_id", "answer"), " (and optionally kind)")
         kinds = table["kind"] if "kind" in table.columns else pd.Series([default_kind] * len(table))
+        options = table["n_options"] if "n_options" in table.columns else pd.Series([None] * len(table))
         answers: dict[str, tuple[str, str]] = {}
-        for row, (qid, answer, kind) in enumerate(zip(table["question_id"], table["answer"], kinds), start=1):
+        for row, (qid, answer, kind, n_options) in enumerate(zip(table["question_id"], table["answer"], kinds, options),
+                                                             start=1):
             kind = "" if kind is None or (isinstance(kind, float) and math.isnan(kind)) else str(kind).strip()
             kind = kind or default_kind
             if kind not in KINDS:
@@ -121,16 +135,35 @@ class AnswerKey:
             if kind.startswith("letter") and answer.upper() not in LETTERS:
                 raise DataError("a letter answer must be one of A-J", file=str(path), row=row, column="answer",
                                 value=answer)
+            if kind.startswith("letter") and _given(n_options):
+                n = _options(n_options, path, row)
+                if LETTERS.index(answer.upper()) >= n:
+                    raise DataError(f"the letter is beyond the question's {n} options (A-{LETTERS[n - 1]})",
+                                    file=str(path), row=row, column="answer", value=answer)
             if kind == "number":
                 try:
-                    float(answer.replace(",", ""))
+                    finite = math.isfinite(float(answer.replace(",", "")))
                 except ValueError:
-                    raise DataError("a number answer must be a number", file=str(path), row=row, column="answer",
-                                    value=answer) from None
+                    finite = False
+                if not finite:
+                    raise DataError("a number answer must be a finite number", file=str(path), row=row,
+                                    column="answer", value=answer)
             answers[qid] = (answer.upper() if kind.startswith("letter") else answer, kind)
         if not answers:
             raise DataError("the answer key has no rows", file=str(path))
         return cls(answers, str(path))
+
+    def check_options(self, texts: dict[str, str]) -> None:
+        """Refuse letter answers beyond the options their question's text lists (`options_in`;
+        texts that list none are not checked)."""
+        beyond = []
+        for qid, (answer, kind) in self.answers.items():
+            n = options_in(texts[qid]) if kind.startswith("letter") and qid in texts else 0
+            if n and LETTERS.index(answer) >= n:
+                beyond.append(f"{qid} (answer {answer}, options A-{LETTERS[n - 1]})")
+        if beyond:
+            raise DataError(f"{len(beyond)} letter answer(s) beyond their question's options, e.g. "
+                            f"{'; '.join(beyond[:3])}: is it the key of these questions?", file=self.source)
 
     def grade(self, question_id: str, output: str) -> Grade:
         """Right or wrong, and what was extracted from `output`."""
@@ -164,6 +197,21 @@ def read_graded(path: str | Path) -> dict[str, float]:
                             column="label", value=label)
         graded[qid] = value
     return graded
+
+
+def _given(value) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value)) and str(value).strip() != ""
+
+
+def _options(value, path: Path, row: int) -> int:
+    try:
+        n = float(value)
+    except (TypeError, ValueError):
+        n = math.nan
+    if not (n.is_integer() and 2 <= n <= len(LETTERS)):
+        raise DataError(f"n_options must be a whole number from 2 to {len(LETTERS)}", file=str(path), row=row,
+                        column="n_options", value=value)
+    return int(n)
 
 
 def _table(path: Path, what: str, columns: tuple[str, ...], optional: str = "") -> pd.DataFrame:

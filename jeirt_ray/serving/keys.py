@@ -183,14 +183,23 @@ class KeyStore:
                 q = q.where(_keys.c.revoked.is_(None))
             return [_key(r) for r in c.execute(q)]
 
-    def revoke(self, key_id_or_name: str) -> list[Key]:
-        """Revoke the key with this id, or every live key with this name; LookupError if none."""
+    def revoke(self, key_id_or_name: str, by: str | None = None) -> list[Key]:
+        """Revoke the key with this id, or every live key with this name (`by`: "id" or "name" to
+        say which; needed where the string is one key's id and other keys' name); LookupError if
+        none match, or which was meant cannot be told."""
+        if by not in (None, "id", "name"):
+            raise ValueError(f"revoke by id or name, not {by!r}")
         now = time.time()
         with self._begin() as c:
-            match = sa.or_(_keys.c.id == key_id_or_name, _keys.c.name == key_id_or_name)
+            match = {"id": _keys.c.id == key_id_or_name, "name": _keys.c.name == key_id_or_name,
+                     None: sa.or_(_keys.c.id == key_id_or_name, _keys.c.name == key_id_or_name)}[by]
             rows = [_key(r) for r in c.execute(_keys.select().where(match, _keys.c.revoked.is_(None)))]
             if not rows:
-                raise LookupError(f"no live key with id or name {key_id_or_name!r}: `jeirt keys list` shows them")
+                raise LookupError(f"no live key with {by or 'id or name'} {key_id_or_name!r}: `jeirt keys list` "
+                                  f"shows them")
+            if by is None and any(k.id == key_id_or_name for k in rows) and len(rows) > 1:
+                raise LookupError(f"{key_id_or_name!r} is the id of one key and the name of {len(rows) - 1} other(s): "
+                                  f"nothing revoked; say which with --by id or --by name")
             c.execute(_keys.update().where(_keys.c.id.in_([k.id for k in rows])).values(revoked=now))
         return rows
 

@@ -91,7 +91,12 @@ class SpaceRegistry(Tracker):
         from mlflow.exceptions import MlflowException
         try:
             return self.client.get_registered_model(name)
-        except MlflowException:
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_DOES_NOT_EXIST":  # down, or refusing: not "no such space"
+                if unreachable(e):
+                    raise
+                raise RuntimeError(f"the registry at {self.where} answered {e.error_code}: "
+                                   f"{redact(str(e.message))[:500]}") from None
             fix = "run `make demo`, or " if name == "demo" else ""
             raise LookupError(f"no registered space named {name!r} in {self.where}: {fix}register one with "
                               f"`jeirt train --data DIR --register {name} --promote champion`") from None
