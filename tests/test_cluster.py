@@ -184,13 +184,12 @@ def _register_space(name: str) -> None:
 
 
 def _spread_routers(replicas: int):
+    """local.yaml's resources as they are (a Router takes a whole CPU, the Onboarder none), the
+    Routers at most one per node: on 1-CPU nodes, a deployment that took any CPU would strand one."""
     def edit(app):
         for d in app["deployments"]:
             if d["name"] == "Router":
                 d.update(num_replicas=replicas, max_replicas_per_node=1)
-                d["ray_actor_options"]["num_cpus"] = 0.5
-            else:
-                d["ray_actor_options"]["num_cpus"] = 0.25
     return edit
 
 
@@ -261,7 +260,7 @@ def test_serve_answers_through_a_gcs_restart_and_the_loss_of_a_node(home, redis_
                 back_s = time.time() - restarted
                 time.sleep(3)
             assert {a.actor_id for a in _routers()} == routers  # the same replicas, not new ones
-            assert ray.get(ray.remote(lambda: 42).options(num_cpus=0.1).remote(), timeout=60) == 42
+            assert ray.get(ray.remote(lambda: 42).options(num_cpus=0).remote(), timeout=60) == 42  # CPUs: Routers
             answer = httpx.post(f"{url}/v1/route", json={"query": "what is 2 + 2?"}, timeout=30).json()
             assert answer["space"] == "cluster-serve/1" and _healthy(url)
             total = gcs_load.ok + len(gcs_load.failed)

@@ -293,6 +293,10 @@ def test_a_usd_budget_or_a_narrow_enough_interval_ends_the_run_early(world, tmp_
         r = _run(world, server, tmp_path / "usd", price_usd_per_mtok=prices, budget_usd=budget_usd, register=False)
         assert r["stop_reason"] == "budget_usd" and 3 <= r["graded"] < 20
         assert r["estimated_cost_usd"] <= budget_usd and r["cost_usd"] > 0
+        new = r["new_space"]  # keeps what it was onboarded at, and how long its answers ran (the server's count)
+        assert new.metadata["onboarded"][LLM]["price_usd_per_mtok"] == list(prices)
+        answer = len("Some reasoning. The answer is (A).") // 4
+        assert new.metadata["answer_tokens"]["per_llm"][new.model_names.index(LLM)] == pytest.approx(answer)
         r = _run(world, server, tmp_path / "wide", target_width=1.0, register=False)
         assert r["stop_reason"] == "interval" and r["graded"] == 4  # one batch, then the interval is narrow enough
     p = world["space"].plan(LLM, {}, 50, price_usd_per_mtok=prices, budget_usd=budget_usd)

@@ -278,3 +278,36 @@ def test_a_price_table_that_names_none_of_the_llms_is_refused(tmp_path):
     path.write_text("model,input_usd_per_mtok,output_usd_per_mtok\nsomeone-else,1,2\n")
     with pytest.raises(PriceError, match="names none of the 2 LLMs"):
         resolve_prices(["llm-a", "llm-b"], PriceTable.read(path))
+
+
+def test_an_onboarded_llm_keeps_its_prices_and_the_estimates_use_the_learned_answer_lengths(space, data):
+    """Recorded answer lengths of 100 + 50 x (benchmark's index) tokens for every LLM: a new
+    LLM's questions are estimated at its benchmark's length (not a flat default), and an LLM
+    onboarded at LLM 0's prices costs what LLM 0 costs on every query (not the dearest's)."""
+    from jeirt_ray.routing.prices import OutputLengths, question_costs_of
+    names = sorted(set(space.question_benchmarks))
+    length = {b: 100.0 + 50 * i for i, b in enumerate(names)}
+    M = len(space.model_names)
+    per_bench = np.array([[length[b]] * M for b in names])
+    space = jr.Space.from_core(space)  # a copy whose metadata this test may change
+    space.metadata = {**space.metadata, "answer_tokens": OutputLengths(per_bench, per_bench.mean(0), names,
+                                                                        source="test").to_dict()}
+    costs = question_costs_of(space, (0.0, 1e6))  # 1 USD per answer token, input free: the cost is the length
+    assert [costs[q] for q in space.question_ids[:50]] == pytest.approx(
+        [length[b] for b in space.question_benchmarks[:50]])
+    first = space.metadata["prices"]
+    price0 = (first["input_usd_per_mtok"][0], first["output_usd_per_mtok"][0])
+    assert price0[1] < max(first["output_usd_per_mtok"])  # LLM 0 is not the dearest
+    labels = (np.arange(40) % 3 > 0).astype(float)
+    new = space.onboard("newcomer", list(space.question_ids[:40]), labels, price_usd_per_mtok=price0)
+    assert new.metadata["prices"]["sources"][-1] == "onboarding"
+    texts = data.texts[:20].tolist()
+    for d in new.route(texts, top_k=None, policy="most_likely"):
+        cost = {s["model"]: s["cost"] for s in d["scores"]}
+        assert cost["newcomer"] == pytest.approx(cost[space.model_names[0]])
+    unpriced = space.onboard("unpriced", list(space.question_ids[:40]), labels)
+    for d in unpriced.route(texts[:3], top_k=None, policy="most_likely"):
+        cost = {s["model"]: s["cost"] for s in d["scores"]}
+        assert cost["unpriced"] == pytest.approx(max(cost.values()))  # said as the dearest, as before
+    with pytest.raises(ValueError, match="price_usd_per_mtok must be two numbers"):
+        space.onboard("x", list(space.question_ids[:5]), labels[:5], price_usd_per_mtok=(1.0, -2.0))

@@ -5,6 +5,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import os
+import re
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import httpx
 import ray
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "serve-test"
+SERVED = {}  # the module service's Serve config
 TOKEN = "test-token"
 ADMIN = {"authorization": f"Bearer {TOKEN}"}
 
@@ -91,7 +93,9 @@ def service(registry, tmp_path_factory):
     path = tmp_path_factory.mktemp("cfg") / "local.yaml"
     path.write_text(yaml.safe_dump(raw))
     with local_ray():
-        yield deploy(load_config(path, model=NAME, port=free_port()))
+        config = load_config(path, model=NAME, port=free_port())
+        SERVED["config"] = config
+        yield deploy(config)
 
 
 def _models(url):
@@ -395,3 +399,29 @@ def test_onboarding_builds_on_the_newest_version_this_service_can_serve(registry
     out = asyncio.run(service.onboard(request, None))
     assert out["based_on_version"] < broken < out["version"]
     assert reg.load(f"models:/{NAME}/{out['version']}").encoder_id == "hashing-384"
+
+
+def test_a_replica_no_node_can_take_is_named_with_its_needs_and_the_nodes_free(service):
+    """A second application beside the module's service, its Router asking for 64 CPUs of a
+    2-CPU cluster: the deploy says so in one line once Serve reports the replica waiting (after
+    30 s), and ends with it at its timeout; the service itself is left as it was."""
+    from ray import serve
+
+    from jeirt_ray.serving.deploy import deploy
+    config = SERVED["config"]
+    big = config.applications[0].model_copy(deep=True)
+    big.name, big.route_prefix = "unplaceable", "/unplaceable"
+    for d in big.deployments:
+        d.ray_actor_options.num_cpus = 64 if d.name == "Router" else 0
+    both = config.model_copy(update={"applications": [*config.applications, big]})
+    said = []
+    try:
+        with pytest.raises(TimeoutError) as e:
+            deploy(both, timeout_s=70, announce=said.append)
+    finally:
+        serve.delete("unplaceable")
+    line = str(e.value)
+    assert re.search(r"Router cannot be placed: a replica needs CPU 64; free per node: \S+ CPU [\d.]+", line), line
+    assert "no node has that much in all" in line and "Onboarder" not in line
+    assert len(said) == 1 and said[0] in line
+    assert httpx.get(f"{service}/health", timeout=30).json()["status"] == "ok"

@@ -197,3 +197,33 @@ def test_onboarding_a_held_out_llm(prep):
     assert onb["log_loss"] < untrained["log_loss"]  # the fit, not the untrained row, does the work
     added = res.space.with_model("brand-new", [np.zeros(CFG.dim)])
     assert added.model_names[-1] == "brand-new" and added.predict_proba(x_test[:2]).shape[1] == data.n_models + 1
+
+
+def test_a_replica_that_no_node_can_take_is_explained_in_one_line():
+    """The issue's case: 1-CPU nodes, one holding a Router (at most one per node), the other
+    0.75 CPU free because a smaller deployment took the rest."""
+    from jeirt_ray.serving.deploy import load_config
+    from jeirt_ray.serving.placement import Node, needs_of, per_node_limit, stuck
+    head = Node("10.0.0.1", {"CPU": 0.0}, {"CPU": 1.0}, replicas=1)
+    worker = Node("10.0.0.2", {"CPU": 0.75}, {"CPU": 1.0})
+    line = stuck("Router", {"CPU": 1.0}, 1, [head, worker])
+    assert line == ("Router cannot be placed: a replica needs CPU 1, at most 1 per node; free per node: 10.0.0.1 CPU 0 "
+                    "(holds 1); 10.0.0.2 CPU 0.75: free those resources, add a node, or lower its ray_actor_options")
+    assert stuck("Router", {"CPU": 0.5}, 1, [head, worker]) is None  # fits the worker
+    assert stuck("Router", {"CPU": 1.0}, None, [head, Node("10.0.0.2", {"CPU": 1.0}, {"CPU": 1.0})]) is None
+    assert "no node has that much in all" in stuck("Encoder", {"CPU": 2.0, "GPU": 1.0}, None, [worker])
+    production = {d.name: d for d in load_config(Path(__file__).parents[1] / "deployments/production.yaml")
+                  .applications[0].deployments}
+    assert needs_of(production["Encoder"]) == {"CPU": 2.0, "GPU": 1.0} and per_node_limit(production["Router"]) == 1
+    assert per_node_limit(production["Onboarder"]) is None and needs_of(production["Router"]) == {"CPU": 1.0}
+
+
+def test_the_onboarder_reserves_no_cpu_so_it_cannot_strand_a_router():
+    """A Router wants a whole CPU on a node of its own; a deployment that reserves any part of a
+    small node's CPU can leave it nowhere to go (the issue: 0.25 CPU on a 1-CPU worker)."""
+    from jeirt_ray.serving.deploy import load_config
+    from jeirt_ray.serving.placement import needs_of
+    for name in ("local.yaml", "production.yaml"):
+        config = load_config(Path(__file__).parents[1] / "deployments" / name)
+        onboarder = next(d for d in config.applications[0].deployments if d.name == "Onboarder")
+        assert "CPU" not in needs_of(onboarder), name

@@ -27,7 +27,7 @@ from ..core.secrets import redact
 from ..data.answer_key import AnswerKey
 from ..model.adaptive import DEFAULT_TARGET_WIDTH, plan
 from ..model.onboarding import onboard
-from ..routing.prices import question_costs_of
+from ..routing.prices import CHARS_PER_TOKEN, price_pair, question_costs_of, record_onboarded
 from ..tracking.registry import SpaceRegistry
 from .endpoint import AnswerLog, Endpoint, EndpointError, check_base_url, prompt_for
 from .space import Space
@@ -67,6 +67,7 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     `budget_usd` caps that estimate over the run."""
     started = time.perf_counter()
     check_base_url(url)
+    price_usd_per_mtok = price_pair(price_usd_per_mtok)
     if budget < 1:
         raise ValueError("budget must be at least 1 answer")
     if budget_usd is not None and price_usd_per_mtok is None:
@@ -155,6 +156,7 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     fitted = onboard(current, model, current.question_embeddings[[pos[q] for q in ids]], labels, holdout=0,
                      seed=seed)
     new = Space.from_core(fitted.space)
+    record_onboarded(new, model, price_usd_per_mtok, _answer_tokens(answers, ids, current))
     summary = plan(new, model, {q: float(graded[q].label) for q in ids}, 0, benchmarks=benchmarks)
     tokens_in = sum(answers.answered[q].prompt_tokens or len(texts[q]) / 4 for q in ids)
     tokens_out = sum(answers.answered[q].completion_tokens or len(answers.answered[q].output) / 4 for q in ids)
@@ -182,6 +184,17 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     report["wall_seconds"] = time.perf_counter() - started
     report["new_space"] = new
     return report
+
+
+def _answer_tokens(answers: AnswerLog, ids: list[str], space) -> dict[str, float]:
+    """The new LLM's mean answer tokens per benchmark over its graded answers (the endpoint's
+    count, else characters / 4), for the router's cost estimates."""
+    bench = dict(zip(space.question_ids, space.question_benchmarks)) if space.question_benchmarks else {}
+    per: dict[str, list[float]] = {}
+    for q in ids:
+        rec = answers.answered[q]
+        per.setdefault(bench.get(q, ""), []).append(rec.completion_tokens or max(1.0, len(rec.output) / CHARS_PER_TOKEN))
+    return {b: float(np.mean(v)) for b, v in per.items() if b}
 
 
 def _bar(total: int, done: int, model: str, progress: bool):

@@ -21,7 +21,7 @@ from ..tracking.registry import SpaceRegistry
 from ..encoders import QuestionEncoder, make_encoder
 from ..model.space import CoreSpace
 from ..routing.decisions import DEFAULT_TOP_K, PolicyName, RouteDecision
-from ..routing.prices import LLMPrices, PriceTable, question_costs_of, resolve_prices
+from ..routing.prices import LLMPrices, PriceTable, price_pair, question_costs_of, record_onboarded, resolve_prices
 from ..routing.router import SpaceRouter
 
 if TYPE_CHECKING:
@@ -145,17 +145,21 @@ class Space(CoreSpace):
         return Learner(self, **settings)
 
     def onboard(self, name: str, questions: Sequence[str], labels: Sequence[float], *, replace: bool = False,
-                holdout: float = 0.2, seed: int = 0) -> "Space":
+                holdout: float = 0.2, seed: int = 0,
+                price_usd_per_mtok: tuple[float, float] | None = None) -> "Space":
         """A new Space with LLM `name` fitted from its `labels` (in [0, 1]) on `questions`: each a
         question id of the space's training questions or a question text. Everything else stays
         frozen; this space is unchanged. An LLM the space already has is refitted only with
-        `replace=True`. The fit's report is in `new.metadata["onboarded"][name]`."""
+        `replace=True`. The fit's report is in `new.metadata["onboarded"][name]`. With its
+        `price_usd_per_mtok` (input, output), the router prices it as given (else: as the dearest
+        LLM)."""
         from ..model.onboarding import onboard
         if not isinstance(name, str) or not name.strip():
             raise TypeError(f"Space.onboard: name must be a non-empty string, got {name!r}")
         if name in self.model_names and not replace:
             raise ValueError(f"Space.onboard: the space already has an LLM named {name!r}; pass replace=True to "
                              f"refit its vector, or choose another name")
+        price = price_pair(price_usd_per_mtok)
         for arg, value in (("questions", questions), ("labels", labels)):
             if isinstance(value, (str, bytes)):
                 raise TypeError(f"Space.onboard: {arg} must be a list, e.g. [{value!r}], not a string")
@@ -175,7 +179,9 @@ class Space(CoreSpace):
         texts = [q for q in questions if q not in pos]
         vectors = iter(self.embed(texts)) if texts else iter(())
         x = np.stack([self.question_embeddings[pos[q]] if q in pos else next(vectors) for q in questions])
-        return Space.from_core(onboard(self, name, x, labels, holdout=holdout, seed=seed).space)
+        new = Space.from_core(onboard(self, name, x, labels, holdout=holdout, seed=seed).space)
+        record_onboarded(new, name, price)
+        return new
 
     def plan(self, name: str, answered: dict[str, float] | None = None, k: int = 10, *, adaptive: bool = True,
              benchmarks: Sequence[str] | None = None, target_width: float = 0.04,
@@ -191,7 +197,7 @@ class Space(CoreSpace):
         from ..model.adaptive import plan
         return plan(self, name, dict(answered or {}), k, strategy="adaptive" if adaptive else "random",
                     benchmarks=list(benchmarks) if benchmarks else None, target_width=target_width,
-                    costs=question_costs_of(self, price_usd_per_mtok), budget_usd=budget_usd).to_dict()
+                    costs=question_costs_of(self, price_pair(price_usd_per_mtok)), budget_usd=budget_usd).to_dict()
 
 
 PricesLike = Union[str, Path, PriceTable, None]

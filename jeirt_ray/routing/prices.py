@@ -14,7 +14,10 @@
   all-MiniLM-L6-v2 encoder (BERT's uncased vocabulary), an approximation of the LLMs' own BPE
   tokenizers (`TokenCounter`); without it, characters / 4.
 - Output tokens: learned where the data records answer lengths (`OutputLengths`, the mean per
-  LLM and benchmark over training questions, characters / 4 per token), else `DEFAULT_OUTPUT_TOKENS`.
+  LLM and benchmark over training questions, characters / 4 per token), else `DEFAULT_OUTPUT_TOKENS`;
+  an LLM without a record (onboarded later) is expected to answer at the recorded LLMs' mean.
+- An onboarded LLM keeps the prices it was onboarded with, and its measured answer lengths
+  (`record_onboarded`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -295,15 +299,42 @@ class OutputLengths:
         q, m = np.nonzero(~np.isnan(sub))
         return cls.fit(m, bench_of[rows][q], sub[q, m], tokens.shape[1], names.tolist(), source)
 
-    def expected(self, bench_idx: np.ndarray | None, n: int) -> np.ndarray:
-        """(n, M) expected answer tokens; `bench_idx` per query (-1 or None: unknown)."""
-        base = np.where(np.isnan(self.per_llm), self.default, self.per_llm)
-        out = np.tile(base, (n, 1))
+    def expected(self, bench_idx: np.ndarray | None, n: int, n_models: int | None = None) -> np.ndarray:
+        """(n, n_models) expected answer tokens (`n_models` default: the LLMs recorded; more: LLMs
+        added since, e.g. onboarded); `bench_idx` per query (-1 or None: unknown). An LLM takes its
+        own mean for the benchmark, else its own mean; an LLM without a record takes the recorded
+        LLMs' mean for the benchmark, else over everything, else `default`."""
+        known = len(self.per_llm)
+        m = known if n_models is None else n_models
+        own = np.full(m, np.nan)
+        own[:min(m, known)] = self.per_llm[:m]
+        unrecorded = np.isnan(own)
+        overall = float(np.nanmean(self.per_llm)) if np.isfinite(self.per_llm).any() else self.default
+        out = np.tile(np.where(unrecorded, overall, own), (n, 1))
         if bench_idx is not None and self.per_benchmark.size:
-            known = np.asarray(bench_idx) >= 0
-            rows = self.per_benchmark[np.asarray(bench_idx)[known]]
-            out[known] = np.where(np.isnan(rows), out[known], rows)
+            rows = np.flatnonzero(np.asarray(bench_idx) >= 0)
+            per_bench = np.full((len(rows), m), np.nan)
+            per_bench[:, :min(m, known)] = self.per_benchmark[np.asarray(bench_idx)[rows]][:, :m]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a benchmark that no LLM has a record for
+                population = np.nanmean(self.per_benchmark[np.asarray(bench_idx)[rows]], axis=1)
+            fill = out[rows]
+            fill = np.where(np.isnan(per_bench), fill, per_bench)
+            known_pop = np.isfinite(population)
+            fill[np.ix_(known_pop, unrecorded)] = population[known_pop, None]
+            out[rows] = fill
         return out
+
+    def with_llm(self, index: int, n_models: int, per_benchmark: dict[str, float]) -> "OutputLengths":
+        """A copy with LLM `index`'s mean answer tokens per benchmark (their mean as its own), for
+        a space of `n_models` LLMs (columns added as needed)."""
+        per_llm = np.r_[self.per_llm, np.full(max(0, n_models - len(self.per_llm)), np.nan)]
+        names = list(self.benchmarks) + sorted(set(per_benchmark) - set(self.benchmarks))
+        table = np.full((len(names), len(per_llm)), np.nan)
+        table[:len(self.benchmarks), :len(self.per_llm)] = self.per_benchmark
+        table[:, index] = [per_benchmark.get(b, np.nan) for b in names]
+        per_llm[index] = float(np.mean(list(per_benchmark.values())))
+        return OutputLengths(table, per_llm, names, self.default, self.source)
 
     def to_dict(self) -> dict:
         return {"per_benchmark": np.where(np.isnan(self.per_benchmark), None, self.per_benchmark).tolist(),
@@ -354,14 +385,65 @@ def question_costs_of(space, price_usd_per_mtok: tuple[float, float] | None,
                       input_tokens: np.ndarray | None = None) -> dict[str, float] | None:
     """{question id: USD of asking it} for each question stored with `space`, for a new LLM at
     these prices (input, output per million tokens): its input tokens (`input_tokens`, counted
-    here unless given: question_input_tokens) plus DEFAULT_OUTPUT_TOKENS answer tokens; None
-    without prices."""
+    here unless given: question_input_tokens) plus the answer tokens the router expects of an LLM
+    it has no record of (`OutputLengths.expected`: the recorded LLMs' mean for the question's
+    benchmark); None without prices."""
     if price_usd_per_mtok is None:
         return None
     tokens = question_input_tokens(space) if input_tokens is None else input_tokens
     price_in, price_out = price_usd_per_mtok
-    usd = (tokens * price_in + DEFAULT_OUTPUT_TOKENS * price_out) / 1e6
+    lengths = lengths_of(space)
+    where = {b: i for i, b in enumerate(lengths.benchmarks)}
+    bench = np.array([where.get(b, -1) for b in space.question_benchmarks]) if (
+        len(space.question_benchmarks) == len(space.question_ids)) else None
+    out = lengths.expected(bench, len(space.question_ids), len(lengths.per_llm) + 1)[:, -1]  # an LLM not recorded
+    usd = (tokens * price_in + out * price_out) / 1e6
     return dict(zip(space.question_ids, usd.tolist()))
+
+
+def price_pair(value) -> tuple[float, float] | None:
+    """An LLM's (input, output) USD per million tokens, checked: two finite numbers >= 0 (None
+    stays None); a ValueError naming what was given."""
+    if value is None:
+        return None
+    try:
+        pair = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        pair = ()
+    if len(pair) != 2 or not all(np.isfinite(v) and v >= 0 for v in pair) or isinstance(value, (str, bytes)):
+        raise ValueError(f"price_usd_per_mtok must be two numbers >= 0 (USD per million input, output tokens), "
+                         f"not {value!r}")
+    return pair
+
+
+def lengths_of(space) -> OutputLengths:
+    """The answer lengths stored with a space (`metadata["answer_tokens"]`), else the default for
+    every LLM."""
+    stored = space.metadata.get("answer_tokens")
+    return OutputLengths.from_dict(stored) if stored else OutputLengths.constant(len(space.model_names))
+
+
+def record_onboarded(space, name: str, price_usd_per_mtok: tuple[float, float] | None = None,
+                     answer_tokens: dict[str, float] | None = None) -> None:
+    """Keep, in the metadata of `space` (which has LLM `name` now), what onboarding learnt of its
+    cost: its prices (USD per million input, output tokens), so that the router prices it as given
+    rather than as the dearest LLM (a space stored without prices keeps them in
+    `metadata["onboarded"][name]` only), and its mean answer tokens per benchmark."""
+    names = [str(n) for n in space.model_names]
+    if price_usd_per_mtok is not None:
+        price_in, price_out = (float(v) for v in price_usd_per_mtok)
+        space.metadata.setdefault("onboarded", {}).setdefault(name, {})["price_usd_per_mtok"] = [price_in, price_out]
+        stored = space.metadata.get("prices")
+        if stored:
+            prices = LLMPrices.from_dict(stored)
+            rows = [i for i, m in enumerate(prices.models) if m != name]
+            space.metadata["prices"] = LLMPrices(
+                [prices.models[i] for i in rows] + [name], np.r_[prices.input_usd_per_mtok[rows], price_in],
+                np.r_[prices.output_usd_per_mtok[rows], price_out], [prices.sources[i] for i in rows] + ["onboarding"],
+                [prices.notes[i] for i in rows] + ["given when it was onboarded"]).to_dict()
+    if answer_tokens:
+        space.metadata["answer_tokens"] = lengths_of(space).with_llm(names.index(name), len(names),
+                                                                      answer_tokens).to_dict()
 
 
 def cost_matrix(prices: LLMPrices, input_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray:

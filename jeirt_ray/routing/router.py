@@ -28,7 +28,7 @@ from .costs import cheapest_within_margin, cost_weighted_choice, cost_weighted_s
 from .decisions import DEFAULT_TOP_K, POLICIES, RouteDecision
 from .outcomes import available_argmax
 from .policies import Policy, SignalBuilder
-from .prices import LLMPrices, OutputLengths, cost_matrix, token_counter
+from .prices import LLMPrices, cost_matrix, lengths_of, token_counter
 
 COST_POLICIES = ("cost_weighted", "cheapest_within_margin", "quality_target", "budget")
 BUDGET_QUERIES = 2000  # the space's own questions that a budget's cost weight is calibrated on
@@ -71,8 +71,7 @@ class SpaceRouter:
         self.prices = prices if prices is not None else (LLMPrices.from_dict(stored) if stored and not costs else None)
         if self.prices is not None:
             self.prices = _aligned(self.prices, self.names)
-        lengths = space.metadata.get("answer_tokens")
-        self.lengths = OutputLengths.from_dict(lengths) if lengths else OutputLengths.constant(len(self.names))
+        self.lengths = lengths_of(space)
         self.benchmarks, self.centroids = _centroids(space)
         self.tuned = None  # (Policy, SignalBuilder) chosen on validation, when the space has one
         chosen = space.metadata.get("routing_policy")
@@ -98,10 +97,7 @@ class SpaceRouter:
         if self.centroids is not None and self.lengths.benchmarks:
             where = {b: i for i, b in enumerate(self.lengths.benchmarks)}
             bench = np.array([where.get(b, -1) for b in (nearest or self.nearest(x))])
-        out_tokens = np.full((len(x), len(self.names)), self.lengths.default)  # LLMs onboarded later: the default
-        fitted = self.lengths.expected(bench, len(x))[:, :len(self.names)]
-        out_tokens[:, :fitted.shape[1]] = fitted
-        return cost_matrix(self.prices, tokens, out_tokens)
+        return cost_matrix(self.prices, tokens, self.lengths.expected(bench, len(x), len(self.names)))
 
     @cached_property
     def _median_tokens(self) -> float:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
 import yaml
 
+log = logging.getLogger("jeirt.serve")
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -104,16 +106,22 @@ def check_registry(config) -> None:
                               f"config's args.encoder {encoder!r} is {serves!r}: {fix}")
 
 
-def deploy(config, timeout_s: float = 300) -> str:
+def deploy(config, timeout_s: float = 300, announce=None) -> str:
     """Deploy every application of `config` on the current Ray cluster; wait until they run.
-    Returns the base URL. Raises with Serve's message when an application fails to deploy."""
+    Returns the base URL. Raises with Serve's message when an application fails to deploy. A
+    replica that no node can take (placement.py) is said once through `announce` (default: the
+    log) while the wait goes on (an autoscaler may add a node), and is the error at the timeout."""
     from ray import serve
     from ray.serve._private.api import serve_start
 
+    from .placement import placement_report
+
     client = serve_start(http_options=config.http_options.model_dump(), proxy_location=config.proxy_location)
     client.deploy_apps(config, _blocking=False)
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
     names = [a.name for a in config.applications]
+    said: set[str] = set()
+    checked = started
     while True:
         apps = serve.status().applications
         states = {n: apps[n].status if n in apps else "NOT_STARTED" for n in names}
@@ -122,7 +130,17 @@ def deploy(config, timeout_s: float = 300) -> str:
             raise RuntimeError(f"Serve application(s) failed to deploy: {failed}")
         if all(s == "RUNNING" for s in states.values()):
             break
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        timed_out = now > started + timeout_s
+        if now - checked > 5 or timed_out:  # Serve says a replica waits to be scheduled after 30 s
+            checked = now
+            stuck = placement_report(config)  # {deployment: why no node takes a replica}
+            if stuck and timed_out:
+                raise TimeoutError(f"not running after {timeout_s:.0f} s: {'; '.join(stuck.values())}")
+            for name in set(stuck) - said:
+                (announce or log.warning)(stuck[name])
+            said |= set(stuck)
+        if timed_out:
             raise TimeoutError(f"Serve applications not running after {timeout_s:.0f} s: {states}")
         time.sleep(0.5)
     return f"http://{config.http_options.host}:{config.http_options.port}"
@@ -140,7 +158,7 @@ def serve_forever(path: str | Path, model: str | None = None, port: int | None =
     check_port(config)
     check_registry(config)  # also creates the MLflow store here, once, before any replica starts
     init_ray()
-    url = deploy(config)
+    url = deploy(config, announce=announce)
     keyed = any((a.args or {}).get("auth", "required") == "required" for a in config.applications)
     access = ("every route but /health needs an API key (jeirt keys create --name me --scopes route,chat)"
               if keyed else "open: route, chat and explore need no key (this machine only)")

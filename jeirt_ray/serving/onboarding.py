@@ -71,6 +71,7 @@ class OnboardingService:
 
     def _onboard(self, req: OnboardRequest, text_vectors: np.ndarray | None) -> dict:
         from ..model.onboarding import onboard
+        from ..routing.prices import record_onboarded
         servable = [v for v in self.registry.versions(self.model)  # newest first
                     if v["tags"].get("encoder_id", self.encoder_id) == self.encoder_id]
         if not servable:
@@ -95,6 +96,7 @@ class OnboardingService:
             space, req.model, np.stack(rows), np.array([r.label for r in req.responses]),
             holdout=req.holdout, candidates=space.question_embeddings[cand_rows], candidate_ids=unanswered,
             suggest=req.suggest)
+        record_onboarded(result.space, req.model, req.price_usd_per_mtok)
         metrics = {f"onboard.{k}": v for k, v in result.report.get("heldout", {}).items()}
         version = self.registry.register(result.space, self.model, metrics)
         if req.promote:

@@ -24,6 +24,16 @@ class Response(BaseModel):
         return self
 
 
+Prices = list[Annotated[float, Field(ge=0, lt=1e9)]] | None
+
+
+def _price_numbers(v):
+    if isinstance(v, list):
+        for p in v:
+            _a_number(p)
+    return v
+
+
 class OnboardRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(min_length=1, max_length=200)
@@ -31,8 +41,12 @@ class OnboardRequest(BaseModel):
     promote: StrictBool = False
     holdout: float = Field(0.2, ge=0, lt=1)
     suggest: int = Field(10, ge=0, le=1000)
+    price_usd_per_mtok: Prices = Field(None, min_length=2, max_length=2, description="the new LLM's USD per "
+                                       "million input and output tokens: the router prices it so (without: as "
+                                       "the dearest LLM)")
 
     _numbers = field_validator("holdout", "suggest", mode="before")(_a_number)
+    _prices = field_validator("price_usd_per_mtok", mode="before")(_price_numbers)
 
 
 class OnboardResponse(BaseModel):
@@ -69,20 +83,14 @@ class PlanRequest(BaseModel):
                                          description="ask and predict only within these benchmarks")
     target_width: float = Field(0.04, gt=0, le=1, description="stop once the vector's part of the 90% interval "
                                                               "of the predicted accuracy is narrower")
-    price_usd_per_mtok: list[Annotated[float, Field(ge=0, lt=1e9)]] | None = Field(None, min_length=2, max_length=2, description="the new LLM's "
-                                                   "USD per million input and output tokens: questions are then "
-                                                   "chosen per dollar, with their estimated cost")
+    price_usd_per_mtok: Prices = Field(None, min_length=2, max_length=2, description="the new LLM's USD per "
+                                       "million input and output tokens: questions are then chosen per dollar, "
+                                       "with their estimated cost")
     budget_usd: float | None = Field(None, ge=0, description="with price_usd_per_mtok: plan at most this much")
 
     _numbers = field_validator("k", "target_width", "budget_usd", mode="before")(_a_number)
 
-    @field_validator("price_usd_per_mtok", mode="before")
-    @classmethod
-    def _prices(cls, v):
-        if isinstance(v, list):
-            for p in v:
-                _a_number(p)
-        return v
+    _prices = field_validator("price_usd_per_mtok", mode="before")(_price_numbers)
 
 
 class PlannedQuestion(BaseModel):
