@@ -1,12 +1,12 @@
 """Onboarding real LLMs through their endpoint: mmlu_pro's four recorded LLMs, replayed.
 
-    python benchmarks/onboarding_endpoint.py [--data DIR] [--split-seed S] [--budget 50]
+    python benchmarks/onboarding_endpoint.py [--data DIR] [--split-seed S] [--max-answers 50]
         [--random] --out results/onboarding_endpoint.json
 
 A space is trained without the four LLMs that the dataset can replay (outputs/<model>.jsonl.gz)
-and registered (a temporary registry); a loopback OpenAI-compatible server (serving/replay.py)
+and registered (a temporary registry); a loopback OpenAI-compatible server (api/replay.py)
 replays each one's recorded answer to whatever question it is sent. `jeirt onboard`'s flow
-(api/onboard_endpoint.py) then asks each LLM `--budget` training-split questions (adaptive, or
+(api/onboard_endpoint.py) then asks each LLM `--max-answers` training-split questions (adaptive, or
 with --random in random order), grades the answers with answers.csv.gz (MMLU-Pro's letter
 rule, or its strict first rule for the LLMs whose training-split labels follow that one), fits its vector and registers a new version. Reported per LLM: the agreement of the grades
 with the dataset's labels, the questions asked, the wall time, its routing accuracy and
@@ -20,7 +20,6 @@ import dataclasses
 import json
 import os
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +37,7 @@ from jeirt_ray.routing.outcomes import available_argmax
 
 def main():
     ap = parser(__doc__)
-    ap.add_argument("--budget", type=int, default=50)
+    ap.add_argument("--max-answers", type=int, default=50)
     ap.add_argument("--random", action="store_true", help="random questions instead of adaptive ones")
     ap.add_argument("--members", type=int, default=1)
     args = ap.parse_args()
@@ -59,7 +58,7 @@ def main():
     for kind in ("letter", "letter_strict"):
         full_key = AnswerKey.read(folder / "answers.csv.gz", default_kind=kind)
         keys[kind] = AnswerKey({q: a for q, a in full_key.answers.items() if q in train_ids}, f"answers.csv.gz ({kind})")
-    from jeirt_ray.serving.replay import read_outputs
+    from jeirt_ray.api.replay import read_outputs
     for llm in recorded:  # which rule graded this LLM's run: the one its training-split labels follow
         outputs = read_outputs(folder / "outputs" / f"{llm}.jsonl.gz")
         rule_agreement[llm] = {kind: float(np.mean([key.grade(q, o).label == labels[(llm, q)] for q, o in outputs.items()
@@ -74,7 +73,7 @@ def main():
     prices = resolve_prices(recorded, PriceTable.read(SHARED / "prices.csv")) if (SHARED / "prices.csv").exists() else None
 
     from jeirt_ray.api.onboard_endpoint import onboard_endpoint
-    from jeirt_ray.serving.replay import ReplayServer
+    from jeirt_ray.api.replay import ReplayServer
     from jeirt_ray.tracking.registry import SpaceRegistry
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,8 +87,8 @@ def main():
                 rule = max(rule_agreement[llm], key=rule_agreement[llm].get)
                 key = keys[rule]
                 report = onboard_endpoint(
-                    server.url, llm, answer_key=key, space="models:/bench@champion", budget=args.budget,
-                    adaptive=not args.random, answer_log=Path(tmp) / f"{llm}.jsonl", progress=False, seed=i,
+                    server.url, llm, answer_key=key, space="models:/bench@champion", max_answers=args.max_answers,
+                    strategy="random" if args.random else "adaptive", answer_log=Path(tmp) / f"{llm}.jsonl", progress=False, seed=i,
                     price_usd_per_mtok=None if prices is None else (float(prices.input_usd_per_mtok[i]),
                                                                     float(prices.output_usd_per_mtok[i])))
                 new = report.pop("new_space")
@@ -127,7 +126,7 @@ def main():
             ("agreement_with_labels", "routing_accuracy", "joint_routing_accuracy", "wall_seconds")}
     mean["gap_to_joint_points"] = (mean["joint_routing_accuracy"] - mean["routing_accuracy"]) * 100
     mean["accuracy_mae_points"] = float(np.mean([abs(r["test_predicted_accuracy"] - r["test_accuracy"]) for r in rows])) * 100
-    write_json(args.out, {"data": data.name, "split_seed": args.split_seed, "budget": args.budget,
+    write_json(args.out, {"data": data.name, "split_seed": args.split_seed, "max_answers": args.max_answers,
                           "strategy": "random" if args.random else "adaptive", "members": args.members,
                           "llms": rows, "mean": mean})
 

@@ -27,7 +27,7 @@ from jeirt_ray.encoders import make_encoder
 from jeirt_ray.distributed.tune import run_search
 from jeirt_ray.experiments.methods import predictors
 from jeirt_ray.experiments.prepare import prepare
-from jeirt_ray.routing.costs import cost_curve
+from jeirt_ray.routing.frontier import cost_curve
 from jeirt_ray.routing.outcomes import (available_argmax, baseline_routers, bootstrap_ci,
                                         routed_labels)
 from jeirt_ray.routing.policies import Policy, SignalBuilder, candidate_policies, policy_accuracy, select_policy

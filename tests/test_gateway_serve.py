@@ -39,7 +39,7 @@ def world(tmp_path_factory, synthetic):
 
     def edit(app):
         router = next(d for d in app["deployments"] if d["name"] == "Router")
-        router["user_config"].update(upstreams={n: ups.urls[s] for n, s in server_of.items()}, costs=costs,
+        router["user_config"].update(upstreams={n: ups.urls[s] for n, s in server_of.items()}, usd_per_call=costs,
                                      gateway={"max_tries": 3, "read_timeout_s": 10, "cooldown_s": 30})
     metrics_port = free_port()
     try:

@@ -5,7 +5,6 @@ recorded answers (with planted faults), then the same on mmlu_pro's four recorde
 import gzip
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,7 +21,7 @@ from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.adaptive import plan
 from jeirt_ray.model.train import TrainConfig
-from jeirt_ray.serving.replay import ReplayServer
+from jeirt_ray.api.replay import ReplayServer
 
 from .conftest import registry_env, shared_dataset
 
@@ -144,7 +143,7 @@ def world(synthetic, tmp_path_factory):
 
 
 def _run(world, server, tmp_path, **kw):
-    args = dict(answer_key=world["key"], space="models:/onb@champion", budget=20, concurrency=4,
+    args = dict(answer_key=world["key"], space="models:/onb@champion", max_answers=20, concurrency=4,
                 answer_log=tmp_path / "answers.jsonl", timeout_s=10, backoff_s=0.01, progress=False)
     return onboard_endpoint(server.url, LLM, **{**args, **kw})
 
@@ -257,7 +256,7 @@ def test_a_failing_endpoint_registers_nothing_and_the_rerun_resumes(world, tmp_p
         with pytest.raises(OnboardingStopped, match=r"HTTP 503.*0 of 20 answers graded.*nothing was registered"):
             _run(world, server, tmp_path, retries=1, max_failures=4)
         server.faults.clear()
-        first = _run(world, server, tmp_path, budget=8, register=False)  # 8 answers reach the log
+        first = _run(world, server, tmp_path, max_answers=8, register=False)  # 8 answers reach the log
         port = server.port
         server.stop()  # now the connection is refused
         with pytest.raises(OnboardingStopped, match=r"connection failed.*8 of 20 answers graded"):
@@ -277,30 +276,30 @@ def test_a_bad_key_stops_at_once_and_timeouts_are_counted(world, tmp_path, monke
             _run(world, server, tmp_path)
         assert "sk-secret" not in str(e.value)
         monkeypatch.setenv("LLM_KEY", "sk-secret-123456")
-        assert _run(world, server, tmp_path, api_key_env="LLM_KEY", budget=4, register=False)["graded"] == 4
+        assert _run(world, server, tmp_path, api_key_env="LLM_KEY", max_answers=4, register=False)["graded"] == 4
     with ReplayServer(world["data"]) as server:
         server.delay_s = 1.0
         with pytest.raises(OnboardingStopped, match="no whole answer within"):
             _run(world, server, tmp_path / "slow", timeout_s=0.2, retries=0, max_failures=2)
 
 
-def test_a_usd_budget_or_a_narrow_enough_interval_ends_the_run_early(world, tmp_path):
+def test_a_usd_cap_or_a_narrow_enough_interval_ends_the_run_early(world, tmp_path):
     from jeirt_ray.routing.prices import question_costs_of
     prices = (2000.0, 4000.0)
     costs = question_costs_of(world["space"], prices)
-    budget_usd = 3 * float(np.median(list(costs.values())))
+    max_usd = 3 * float(np.median(list(costs.values())))
     with ReplayServer(world["data"]) as server:
-        r = _run(world, server, tmp_path / "usd", price_usd_per_mtok=prices, budget_usd=budget_usd, register=False)
-        assert r["stop_reason"] == "budget_usd" and 3 <= r["graded"] < 20
-        assert r["estimated_cost_usd"] <= budget_usd and r["cost_usd"] > 0
+        r = _run(world, server, tmp_path / "usd", price_usd_per_mtok=prices, max_usd=max_usd, register=False)
+        assert r["stop_reason"] == "max_usd" and 3 <= r["graded"] < 20
+        assert r["estimated_cost_usd"] <= max_usd and r["cost_usd"] > 0
         new = r["new_space"]  # keeps what it was onboarded at, and how long its answers ran (the server's count)
         assert new.metadata["onboarded"][LLM]["price_usd_per_mtok"] == list(prices)
         answer = len("Some reasoning. The answer is (A).") // 4
         assert new.metadata["answer_tokens"]["per_llm"][new.model_names.index(LLM)] == pytest.approx(answer)
-        r = _run(world, server, tmp_path / "wide", target_width=1.0, register=False)
+        r = _run(world, server, tmp_path / "wide", target_width=1.0, batch=4, register=False)
         assert r["stop_reason"] == "interval" and r["graded"] == 4  # one batch, then the interval is narrow enough
-    p = world["space"].plan(LLM, {}, 50, price_usd_per_mtok=prices, budget_usd=budget_usd)
-    assert sum(q["cost_usd"] for q in p["questions"]) <= budget_usd and len(p["questions"]) >= 3
+    p = world["space"].plan(LLM, {}, 50, price_usd_per_mtok=prices, max_usd=max_usd)
+    assert sum(q["cost_usd"] for q in p["questions"]) <= max_usd and len(p["questions"]) >= 3
 
 
 def test_cli_onboards_from_an_endpoint_and_plans(world, tmp_path):
@@ -308,7 +307,7 @@ def test_cli_onboards_from_an_endpoint_and_plans(world, tmp_path):
     runner = CliRunner()
     with ReplayServer(world["data"]) as server:
         r = runner.invoke(app, ["onboard", "--endpoint", server.url, "--model", LLM, "--answers", str(world["key"]),
-                                "--space", str(world["folder"]), "--budget", "6", "--no-register", "--json",
+                                "--space", str(world["folder"]), "--max-answers", "6", "--no-register", "--json",
                                 "--log", str(tmp_path / "a.jsonl"), "--price-in", "1", "--price-out", "2"])
     assert r.exit_code == 0, r.output
     report = json.loads(r.output[r.output.index("{"):])
@@ -326,13 +325,16 @@ def test_cli_onboards_from_an_endpoint_and_plans(world, tmp_path):
     assert r.exit_code == 0, r.output
     said = " ".join(r.output.split())
     assert "2 of its" in said and "not in the space (ignored); 10 of the space's questions are not in the key" in said
+    assert "--budget is now --max-answers" in said  # the old spelling works, and says so
     r = runner.invoke(app, ["onboard", "plan", "--model", LLM, "--space", str(world["folder"]), "-k", "4", "--json",
                             "--price-in", "3", "--price-out", "15"])
     assert r.exit_code == 0, r.output
     planned = json.loads(r.output)["questions"]
     assert len(planned) == 4 and all(q["cost_usd"] > 0 for q in planned)
     r = runner.invoke(app, ["onboard", "plan", "--model", LLM, "--space", str(world["folder"]), "--budget-usd", "1"])
-    assert r.exit_code == 2 and "--price-in" in r.output
+    assert r.exit_code == 2 and "--budget-usd is now --max-usd" in r.output and "--price-in" in r.output
+    r = runner.invoke(app, ["onboard", "plan", "--model", LLM, "--space", str(world["folder"]), "--price-in", "3"])
+    assert r.exit_code == 2 and "give both --price-in and --price-out" in r.output
     graded = tmp_path / "graded.csv"
     graded.write_text(f"question_id,label\n{world['space'].question_ids[0]},1\n{world['space'].question_ids[0]},0\n")
     r = runner.invoke(app, ["onboard", "plan", "--model", LLM, "--space", str(world["folder"]), "--answered", str(graded)])
@@ -376,7 +378,7 @@ def test_replayed_real_llms_are_graded_as_the_dataset_labels_say(tmp_path):
     with ReplayServer(folder, models=list(RECORDED)) as server:
         for llm, kind in RECORDED.items():
             key = AnswerKey.read(folder / "answers.csv.gz", default_kind=kind)
-            report = onboard_endpoint(server.url, llm, answer_key=key, space=str(tmp_path / "space"), budget=30,
+            report = onboard_endpoint(server.url, llm, answer_key=key, space=str(tmp_path / "space"), max_answers=30,
                                       answer_log=tmp_path / f"{llm}.jsonl", progress=False)
             answers = {r["question_id"]: r["output"]
                        for r in map(json.loads, (tmp_path / f"{llm}.jsonl").read_text().splitlines())}
@@ -404,3 +406,69 @@ def test_an_endpoint_that_trickles_or_answers_too_much_is_cut(tmp_path):
         assert huge.error == f"answered more than {MAX_ANSWER_BYTES} bytes"
     finally:
         ups.stop()
+
+
+def test_onboarding_has_one_default_per_setting_at_every_door():
+    """The CLI's options, the Python functions' keywords and the HTTP request's fields agree on
+    each default (target width, questions per batch, strategy), and old names still work."""
+    import inspect
+    import warnings
+
+    import typer
+
+    from jeirt_ray.api.space import Space
+    from jeirt_ray.cli.onboard import onboard_cmd, plan_cmd
+    from jeirt_ray.model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_MAX_ANSWERS, DEFAULT_TARGET_WIDTH
+    from jeirt_ray.serving.schemas import PlanRequest
+
+    def defaults(fn):
+        out = {}
+        for name, p in inspect.signature(fn).parameters.items():
+            d = p.default
+            out[name] = d.default if isinstance(d, typer.models.OptionInfo) else d
+        return out
+    cli, cli_plan = defaults(onboard_cmd), defaults(plan_cmd)
+    python, python_plan = defaults(onboard_endpoint), defaults(Space.plan)
+    http = {n: f.default for n, f in PlanRequest.model_fields.items()}
+    assert cli["target_width"] == cli_plan["target_width"] == python["target_width"] == \
+        python_plan["target_width"] == http["target_width"] == DEFAULT_TARGET_WIDTH
+    assert cli["batch"] == python["batch"] == cli_plan["k"] == python_plan["k"] == http["k"] == DEFAULT_BATCH
+    assert cli["strategy"] == cli_plan["strategy"] == python["strategy"] == python_plan["strategy"] == \
+        http["strategy"] == "adaptive"
+    assert cli["max_answers"] == DEFAULT_MAX_ANSWERS
+    old = PlanRequest(model="m", budget_usd=1.5, price_usd_per_mtok=[1, 2])
+    assert old.max_usd == 1.5
+    with pytest.raises(ValueError, match="not both"):
+        PlanRequest(model="m", budget_usd=1.5, max_usd=2.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from jeirt_ray.core.renamed import take
+        assert take(None, 7, "budget", "max_answers", "a test of the old spelling") == 7
+    assert any("`budget` is now `max_answers`" in str(w.message) for w in caught)
+
+
+def test_jeirt_replay_serves_recorded_answers_until_stopped(world, tmp_path):
+    """`jeirt replay`: the recorded answer of a question, over HTTP as OpenAI's API answers; a
+    folder without recordings is one line, not a traceback; SIGTERM stops it."""
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+    jeirt = [sys.executable, "-m", "jeirt_ray.cli"]
+    bad = subprocess.run(jeirt + ["replay", "--data", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no questions file to replay" in bad.stdout and "Traceback" not in bad.stdout + bad.stderr
+    proc = subprocess.Popen(jeirt + ["replay", "--data", str(world["data"]), "--port", "0"], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        first = proc.stdout.readline()
+        url = first.split(" at ")[1].split(" ")[0]
+        q = world["space"].question_ids[0]
+        text = dict(zip(world["space"].question_ids, world["space"].question_texts))[q]
+        r = httpx.post(f"{url}/chat/completions", timeout=30, json={
+            "model": LLM, "messages": [{"role": "user", "content": f"Answer this.\n\n{text}"}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"].startswith("Some reasoning. The answer is (")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -289,9 +290,8 @@ def test_an_onboarded_llm_keeps_its_prices_and_the_estimates_use_the_learned_ans
     length = {b: 100.0 + 50 * i for i, b in enumerate(names)}
     M = len(space.model_names)
     per_bench = np.array([[length[b]] * M for b in names])
-    space = jr.Space.from_core(space)  # a copy whose metadata this test may change
-    space.metadata = {**space.metadata, "answer_tokens": OutputLengths(per_bench, per_bench.mean(0), names,
-                                                                        source="test").to_dict()}
+    lengths = OutputLengths(per_bench, per_bench.mean(0), names, source="test").to_dict()
+    space = dataclasses.replace(space, metadata={**space.metadata, "answer_tokens": lengths})  # the fixture's stays
     costs = question_costs_of(space, (0.0, 1e6))  # 1 USD per answer token, input free: the cost is the length
     assert [costs[q] for q in space.question_ids[:50]] == pytest.approx(
         [length[b] for b in space.question_benchmarks[:50]])

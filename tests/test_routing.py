@@ -7,7 +7,7 @@ from jeirt_ray.encoders import HashingEncoder
 from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
-from jeirt_ray.routing.costs import cost_curve
+from jeirt_ray.routing.frontier import cost_curve
 from jeirt_ray.routing.outcomes import (available_argmax, baseline_routers, bootstrap_ci, routed_labels,
                                         train_rates)
 from jeirt_ray.routing.policies import Policy, RoutingSignals, SignalBuilder, candidate_policies, policy_accuracy, select_policy

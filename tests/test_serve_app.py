@@ -124,6 +124,27 @@ def test_http_route_models_health_and_chat(service, registry):
     assert chat.json()["routing"]["chosen"] == chat.json()["model"]
 
 
+def test_jeirt_route_offers_every_setting_of_the_route(service, registry):
+    """`jeirt route` sends each routing setting the HTTP route takes: candidates and min_p narrow
+    the choice; a cost policy on a service without prices is the service's 409, exit 2."""
+    from typer.testing import CliRunner
+
+    from jeirt_ray.cli.main import app
+    _, space, prep = registry
+    allowed = space.model_names[2:4]
+    runner = CliRunner()
+    question = str(prep.data.texts[0])
+    args = ["route", question, "--url", service, "--policy", "most_likely", "--top-k", "2", "--min-p", "0"]
+    r = runner.invoke(app, args + [x for name in allowed for x in ("--candidate", name)])
+    assert r.exit_code == 0, r.output
+    chosen = r.output.split()[0]
+    assert chosen in allowed and "policy most_likely" in r.output
+    r = runner.invoke(app, ["route", question, "--url", service, "--policy", "budget", "--budget-per-1k", "1"])
+    assert r.exit_code == 2 and "409" in r.output and "need prices" in r.output
+    r = runner.invoke(app, ["route", question, "--url", service, "--policy", "cheapest"])
+    assert r.exit_code == 2 and "quality_target" in r.output
+
+
 @pytest.mark.parametrize("path, body, headers, status, message", [
     ("/v1/route", {"query": ""}, {}, 422, "query"),
     ("/v1/route", {"query": " \t\n"}, {}, 422, "pattern"),

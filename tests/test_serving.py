@@ -69,10 +69,12 @@ def test_cost_policies_and_budget(space, prep):
     for r, p in zip(margin, probs):
         ok = [names[j] for j in np.flatnonzero(p >= p.max() - 0.05)]
         assert r["chosen"] == min(ok, key=costs.get) and r["expected_cost"] == costs[r["chosen"]]
-    budget = core.route(x, budget=3.0)
-    assert all(costs[r["chosen"]] <= 3.0 for r in budget)
-    with pytest.raises(RequestError, match="no candidate LLM costs at most"):
-        core.route(x, budget=0.5)
+    capped = core.route(x, max_cost=3.0)
+    assert all(costs[r["chosen"]] <= 3.0 for r in capped)
+    with pytest.raises(RequestError, match="no candidate LLM costs at most max_cost 0.5 USD per call"):
+        core.route(x, max_cost=0.5)
+    old = RouteRequest(query="q", budget=3.0)  # the old name of max_cost still works
+    assert old.max_cost == 3.0 and old.options()["max_cost"] == 3.0
 
 
 def test_route_errors_name_the_problem(space, prep):

@@ -4,7 +4,8 @@ leave-one-benchmark-out, each checked on data with a planted answer."""
 import numpy as np
 import pytest
 
-from jeirt_ray.routing.costs import aiq, cpt, default_costs, load_costs, read_cost_table, upper_hull
+from jeirt_ray.routing.costs import default_costs, load_costs, read_cost_table
+from jeirt_ray.routing.frontier import aiq, cpt, upper_hull
 
 
 def test_default_costs_read_sizes_from_names():

@@ -19,9 +19,10 @@ def _md_routing(rt: dict) -> list[str]:
              "| --- | --- | --- |"]
     lines += [f"| {label} | {acc[k]:.3f} | [{ci[k][0]:.3f}, {ci[k][1]:.3f}] |" for k, label in names if k in acc]
     c = rt["cost"]
-    lines += ["", "Candidates per question are the LLMs with a label for it. Costs: "
-              + ("given." if set(c["cost_source"].values()) == {"given"} else
-                 "the default, parameters in billions read from each name (names without a size priced as the "
+    lines += ["", "Candidates per question are the LLMs with a label for it. Cost here is the paper's per-call "
+              "figure, not USD (the cost-accuracy frontier prices calls in USD): "
+              + ("given per call (--costs)." if set(c["cost_source"].values()) == {"given"} else
+                 "the default, billions of parameters read from each name (names without a size priced as the "
                  "largest); see results.json for each.")]
     if c["aiq_jeirt"] is None:
         lines += ["", "Every LLM has the same cost: there is no cost trade-off to show."]

@@ -23,7 +23,8 @@ from scipy.special import expit
 
 from ..experiments.prepare import Prepared
 from ..model.space import CoreSpace
-from ..routing.costs import aiq, cost_curve, cpt, default_costs, margin_curve, single_llm_points
+from ..routing.costs import default_costs
+from ..routing.frontier import aiq, cost_curve, cpt, margin_curve, single_llm_points
 from ..routing.outcomes import available_argmax, baseline_routers, bootstrap_ci, routed_labels, train_rates
 from . import geometry, irt
 from .lobo import leave_one_benchmark_out
@@ -104,17 +105,20 @@ def study_routing(s: Study) -> dict:
     res = {"accuracy": {k: float(v.mean()) for k, v in per_q.items()},
            "ci95": {k: bootstrap_ci(v) for k, v in per_q.items()}, "test_questions": int(len(rows))}
 
-    # cost: the JE-IRT router traded against price, next to every LLM used alone
+    # the paper's cost axis: a per-call figure per LLM, its parameter count unless given (not USD:
+    # the cost study prices calls in USD), next to every LLM used alone
     if s.costs is None:
         costs, source = default_costs(data.models)
+        unit = "billions of parameters per call (read from the names)"
     else:
         costs, source = s.costs, {str(m): "given" for m in data.models}
+        unit = "per call, in the unit of the --costs table"
     curve = cost_curve(s.probs[rows], costs, labels)
     singles = single_llm_points(costs, labels)
     span = (float(costs.min()), float(costs.max()))
     router_pts = [(p["avg_cost"], p["accuracy"]) for p in curve] + [(p["avg_cost"], p["accuracy"]) for p in singles]
     margins = margin_curve(s.probs[rows], costs, labels)  # the served cheapest_within_margin rule
-    res["cost"] = {"costs": {str(m): float(c) for m, c in zip(data.models, costs)}, "cost_source": source,
+    res["cost"] = {"unit": unit, "costs": {str(m): float(c) for m, c in zip(data.models, costs)}, "cost_source": source,
                    "curve": curve, "margin_curve": margins, "single_llms": singles,
                    "aiq_jeirt": aiq(router_pts, span) if span[1] > span[0] else None,
                    "aiq_single_llms": aiq([(p["avg_cost"], p["accuracy"]) for p in singles], span)
@@ -136,7 +140,7 @@ def study_routing(s: Study) -> dict:
             label="JE-IRT, cheapest within a margin of p")
     ax.scatter([p["avg_cost"] for p in singles], [p["accuracy"] for p in singles], c="gray", s=12, label="one LLM")
     ax.axhline(res["accuracy"]["per_benchmark_best"], color="C1", ls="--", lw=1, label="per-benchmark best")
-    ax.set_xlabel("average cost per query")
+    ax.set_xlabel(f"average cost per query ({unit})", fontsize=8)
     ax.set_ylabel("router accuracy (test)")
     ax.legend(fontsize=8)
     s.save(fig, "routing_cost.png")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.secrets import redact
+from ..serving.openai_http import AnswerTooLarge, bearer, chat_url, read_capped, retryable
 
 INSTRUCTIONS = {
     "letter": 'The following is a multiple choice question. Think step by step and then finish your answer '
@@ -81,9 +82,6 @@ class AnswerLog:
             self.answered[rec.question_id] = rec
 
 
-RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
-
-
 def check_base_url(url: str) -> str:
     """`url` if it is an http(s) URL with a host; else a ValueError that says what to pass (a URL
     without a scheme would otherwise fail every try, retried for a minute)."""
@@ -119,7 +117,7 @@ class Endpoint:
     async def _ask_all(self, prompts, on_answer) -> list[Asked]:
         import httpx
         gate = asyncio.Semaphore(self.concurrency)
-        headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        headers = bearer(self.api_key)
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
         async with httpx.AsyncClient(timeout=self.timeout_s, headers=headers, limits=limits) as client:
             async def one(qid: str, text: str) -> Asked:
@@ -144,7 +142,7 @@ class Endpoint:
             wait = None
             try:
                 async with asyncio.timeout(self.timeout_s):  # the whole answer: a trickling server ends too
-                    r, content = await _post_capped(client, f"{self.url}/chat/completions", body)
+                    r, content = await _post_capped(client, chat_url(self.url), body)
             except (httpx.TimeoutException, TimeoutError):
                 why = f"no whole answer within {self.timeout_s:g} s"
             except httpx.TransportError as e:
@@ -159,7 +157,7 @@ class Endpoint:
                     raise EndpointError(f"the endpoint answered 404 to POST /chat/completions for model "
                                         f"{self.model!r}: pass the API's base URL (often ending in /v1) and "
                                         f"the model name it serves")
-                if r.status_code in RETRY_STATUS:
+                if retryable(r.status_code):
                     why = f"HTTP {r.status_code}"
                     wait = _retry_after(r.headers.get("retry-after"))
                 elif r.status_code >= 400:
@@ -187,19 +185,10 @@ class Endpoint:
 MAX_ANSWER_BYTES = 4 << 20  # an endpoint's answer larger than this is an error, not read on
 
 
-class AnswerTooLarge(Exception):
-    pass
-
-
 async def _post_capped(client, url: str, body: dict):
     """(the response, its body of at most MAX_ANSWER_BYTES)."""
     async with client.stream("POST", url, json=body) as r:
-        content = bytearray()
-        async for chunk in r.aiter_bytes():
-            content += chunk
-            if len(content) > MAX_ANSWER_BYTES:
-                raise AnswerTooLarge(f"answered more than {MAX_ANSWER_BYTES} bytes")
-        return r, bytes(content)
+        return r, await read_capped(r, MAX_ANSWER_BYTES)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -2,13 +2,13 @@
 
     import jeirt_ray as jr
     report = jr.onboard_endpoint("http://127.0.0.1:8001/v1", "my-llm", answer_key="answers.csv",
-                                 space="models:/demo@champion", budget=50)
+                                 space="models:/demo@champion", max_answers=50)
 
-Rounds of `batch` questions (default: the concurrency): the next questions are planned from the
+Rounds of `batch` questions (default 10): the next questions are planned from the
 answers graded so far (model/adaptive.py; or in a seeded random order), asked (api/endpoint.py),
 graded with the answer key (data/answer_key.py) and written to the answer log as they arrive, until
-`budget` answers are graded, or the vector's part of the predicted accuracy's interval (what more
-answers narrow) is narrower than `target_width` (when given). Then the LLM's vector is fitted, and only then is a new version registered: a run
+`max_answers` answers are graded, or the vector's part of the predicted accuracy's interval (what
+more answers narrow) is narrower than `target_width` (0.04 unless given; 0: never stop early). Then the LLM's vector is fitted, and only then is a new version registered: a run
 that stops early (the endpoint fails too often, Ctrl-C) registers nothing and resumes from its log.
 """
 
@@ -25,7 +25,9 @@ import numpy as np
 from ..core import paths
 from ..core.secrets import redact
 from ..data.answer_key import AnswerKey
-from ..model.adaptive import DEFAULT_TARGET_WIDTH, plan
+from ..core.renamed import deprecated, take
+from ..model.adaptive import plan
+from ..model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_MAX_ANSWERS, DEFAULT_TARGET_WIDTH
 from ..model.onboarding import onboard
 from ..routing.prices import CHARS_PER_TOKEN, price_pair, question_costs_of, record_onboarded
 from ..tracking.registry import SpaceRegistry
@@ -36,7 +38,24 @@ log = logging.getLogger("jeirt.onboard")
 
 
 class OnboardingStopped(RuntimeError):
-    """The run stopped before its budget (too many failed questions); its answers are in the log."""
+    """The run stopped before max_answers (too many failed questions); its answers are in the log."""
+
+
+def check_onboarding(max_answers: int, strategy: str, target_width: float, batch: int, max_usd: float | None,
+                     price_usd_per_mtok: tuple[float, float] | None) -> None:
+    """The settings every door shares (CLI, Python, HTTP), checked before anything is asked."""
+    if isinstance(max_answers, bool) or not isinstance(max_answers, int) or max_answers < 1:
+        raise ValueError(f"max_answers must be a whole number >= 1, not {max_answers!r}")
+    if strategy not in ("adaptive", "random"):
+        raise ValueError(f"strategy must be adaptive or random, not {strategy!r}")
+    if not (isinstance(target_width, (int, float)) and 0 <= target_width <= 1):
+        raise ValueError(f"target_width must be a number from 0 (never stop early) to 1, not {target_width!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a whole number >= 1, not {batch!r}")
+    if max_usd is not None and not (isinstance(max_usd, (int, float)) and max_usd >= 0):
+        raise ValueError(f"max_usd must be a number >= 0, not {max_usd!r}")
+    if max_usd is not None and price_usd_per_mtok is None:
+        raise ValueError("a cap in USD (max_usd) needs the new LLM's prices (--price-in and --price-out, or --prices)")
 
 
 def default_log(model: str) -> Path:
@@ -45,16 +64,18 @@ def default_log(model: str) -> Path:
 
 
 def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey, space: str = "models:/demo@champion",
-                     budget: int = 50, adaptive: bool = True, api_key: str | None = None,
+                     max_answers: int | None = None, strategy: str = "adaptive", api_key: str | None = None,
                      api_key_env: str | None = None, upstream_model: str | None = None, answer_kind: str = "letter",
-                     benchmarks: list[str] | None = None, target_width: float | None = None, batch: int | None = None,
+                     benchmarks: list[str] | None = None, target_width: float = DEFAULT_TARGET_WIDTH,
+                     batch: int = DEFAULT_BATCH,
                      concurrency: int = 8, timeout_s: float = 120.0, retries: int = 4, backoff_s: float = 1.0,
                      max_tokens: int = 2048,
                      answer_log: str | Path | None = None, max_failures: int | None = None,
-                     price_usd_per_mtok: tuple[float, float] | None = None, budget_usd: float | None = None,
+                     price_usd_per_mtok: tuple[float, float] | None = None, max_usd: float | None = None,
                      register: bool = True,
                      promote: bool = False, replace: bool = False, tracking_uri: str | None = None,
-                     seed: int = 0, progress: bool = True) -> dict:
+                     seed: int = 0, progress: bool = True, budget: int | None = None, adaptive: bool | None = None,
+                     budget_usd: float | None = None) -> dict:
     """Onboard LLM `model` from the endpoint at `url` (module docstring) and return the report:
     what was asked, graded and failed, the predicted accuracy per benchmark with 90% intervals,
     what the questions cost and the registered version. `space`: `models:/<name>@<alias>` or
@@ -62,16 +83,21 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     (nothing is registered; the report's `space` holds the new Space). The key is read from
     `api_key`, else the variable `api_key_env`; `upstream_model`: the name the endpoint expects
     (default: `model`). `max_failures`: failed questions (after retries) that stop the run
-    (default: a fifth of the budget, at least 5). With `price_usd_per_mtok` (the new LLM's
-    input and output prices), questions are chosen per dollar of their estimated cost, and
-    `budget_usd` caps that estimate over the run."""
+    (default: a fifth of `max_answers`, at least 5). `strategy`: "adaptive" (the questions that
+    tell most) or "random". With `price_usd_per_mtok` (the new LLM's input and output prices),
+    questions are chosen per dollar of their estimated cost, and `max_usd` caps that estimate over
+    the run. `budget`, `adaptive` and `budget_usd` are the old names of `max_answers`, `strategy`
+    and `max_usd`."""
     started = time.perf_counter()
+    where = "onboard_endpoint"
+    max_answers = take(max_answers, budget, "budget", "max_answers", where, default=DEFAULT_MAX_ANSWERS)
+    max_usd = take(max_usd, budget_usd, "budget_usd", "max_usd", where)
+    if adaptive is not None:
+        deprecated("adaptive", "strategy", where)
+        strategy = "adaptive" if adaptive else "random"
     check_base_url(url)
     price_usd_per_mtok = price_pair(price_usd_per_mtok)
-    if budget < 1:
-        raise ValueError("budget must be at least 1 answer")
-    if budget_usd is not None and price_usd_per_mtok is None:
-        raise ValueError("a budget in USD needs the new LLM's prices (--price-in/--price-out or --prices)")
+    check_onboarding(max_answers, strategy, target_width, batch, max_usd, price_usd_per_mtok)
     key = answer_key if isinstance(answer_key, AnswerKey) else AnswerKey.read(answer_key, answer_kind)
     if api_key is None and api_key_env:
         api_key = os.environ.get(api_key_env)
@@ -99,27 +125,25 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
                         retries=retries, max_tokens=max_tokens, backoff_s=backoff_s)
     answers = AnswerLog(answer_log or default_log(model))
     resumed = [q for q in answers.answered if q in gradable]
-    graded = {q: key.grade(q, answers.answered[q].output) for q in resumed[:budget]}
+    graded = {q: key.grade(q, answers.answered[q].output) for q in resumed[:max_answers]}
     failed: Counter = Counter()
     failed_ids: set[str] = set()
-    limit = max_failures if max_failures is not None else max(5, budget // 5)
-    batch = batch or concurrency
-    stop_reason = "budget"
-    bar = _bar(budget, len(graded), model, progress)
+    limit = max_failures if max_failures is not None else max(5, max_answers // 5)
+    stop_reason = "max_answers"
+    bar = _bar(max_answers, len(graded), model, progress)
     try:
-        while len(graded) < budget:
+        while len(graded) < max_answers:
             allowed = gradable - set(graded) - failed_ids
             spent = sum(costs[q] for q in set(graded) | failed_ids) if costs is not None else 0.0
-            step = plan(current, model, {q: g.label for q, g in graded.items()}, min(batch, budget - len(graded)),
-                        strategy="adaptive" if adaptive else "random", benchmarks=benchmarks,
-                        target_width=target_width or DEFAULT_TARGET_WIDTH, allowed=allowed, costs=costs,
-                        budget_usd=None if budget_usd is None else budget_usd - spent, seed=seed + len(graded))
-            if target_width is not None and step.stop and graded:
+            step = plan(current, model, {q: g.label for q, g in graded.items()}, min(batch, max_answers - len(graded)),
+                        strategy=strategy, benchmarks=benchmarks, target_width=target_width, allowed=allowed,
+                        costs=costs, max_usd=None if max_usd is None else max_usd - spent, seed=seed + len(graded))
+            if step.stop and graded:
                 stop_reason = "interval"  # the predicted accuracy is known closely enough
                 break
             ask = [q["question_id"] for q in step.questions]
             if not ask:
-                stop_reason = "budget_usd" if budget_usd is not None else "no question left"
+                stop_reason = "max_usd" if max_usd is not None else "no question left"
                 break
             prompts = {q: prompt_for(key.answers[q][1], texts[q]) for q in ask}
 
@@ -136,14 +160,14 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
             if sum(failed.values()) >= limit:
                 raise OnboardingStopped(
                     f"{sum(failed.values())} questions failed after {retries} retries each "
-                    f"({', '.join(f'{n} {why}' for why, n in failed.most_common())}); {len(graded)} of {budget} "
+                    f"({', '.join(f'{n} {why}' for why, n in failed.most_common())}); {len(graded)} of {max_answers} "
                     f"answers graded and saved in {answers.path}: nothing was registered; run the same command "
                     f"again to resume")
     except EndpointError as e:
         raise EndpointError(f"{e}; {len(graded)} answers graded so far, saved in {answers.path}: nothing was "
                             f"registered") from None
     except KeyboardInterrupt:
-        raise OnboardingStopped(f"interrupted: {len(graded)} of {budget} answers graded and saved in {answers.path}; "
+        raise OnboardingStopped(f"interrupted: {len(graded)} of {max_answers} answers graded and saved in {answers.path}; "
                                 f"nothing was registered; run the same command again to resume") from None
     finally:
         bar.close()
@@ -161,9 +185,9 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     tokens_in = sum(answers.answered[q].prompt_tokens or len(texts[q]) / 4 for q in ids)
     tokens_out = sum(answers.answered[q].completion_tokens or len(answers.answered[q].output) / 4 for q in ids)
     report = {
-        "model": model, "endpoint": redact(url), "space": str(space), "strategy": "adaptive" if adaptive else "random",
+        "model": model, "endpoint": redact(url), "space": str(space), "strategy": strategy,
         "graded": len(ids), "correct": int(labels.sum()), "no_answer": sum(g.extracted is None for g in graded.values()),
-        "resumed": min(len(resumed), budget), "failed": dict(failed), "stop_reason": stop_reason,
+        "resumed": min(len(resumed), max_answers), "failed": dict(failed), "stop_reason": stop_reason,
         "estimated_cost_usd": None if costs is None else float(sum(costs[q] for q in ids)),
         "predicted": summary.predicted, "interval_width": summary.interval_width,
         "tokens": {"input": int(tokens_in), "output": int(tokens_out)},

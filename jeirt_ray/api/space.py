@@ -19,6 +19,8 @@ import pandas as pd
 
 from ..tracking.registry import SpaceRegistry
 from ..encoders import QuestionEncoder, make_encoder
+from ..core.renamed import deprecated, take
+from ..model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_TARGET_WIDTH
 from ..model.space import CoreSpace
 from ..routing.decisions import DEFAULT_TOP_K, PolicyName, RouteDecision
 from ..routing.prices import LLMPrices, PriceTable, price_pair, question_costs_of, record_onboarded, resolve_prices
@@ -100,22 +102,23 @@ class Space(CoreSpace):
         p = self.predict_proba(self.embed(texts))
         return pd.DataFrame(p, index=pd.Index(texts, name="text"), columns=pd.Index(self.model_names, name="llm"))
 
-    def router(self, costs: dict[str, float] | None = None, prices: PricesLike = None) -> SpaceRouter:
-        """The router over this space (built once per cost table or price table: the benchmark
+    def router(self, usd_per_call: dict[str, float] | None = None, prices: PricesLike = None) -> SpaceRouter:
+        """The router over this space (built once per `usd_per_call` or price table: the benchmark
         centroids, the routing policy's signals and the budget weights are computed once).
         `prices`: a price table (file or `PriceTable`; default: the prices stored with the space)."""
-        key = (None if costs is None else tuple(sorted((str(k), float(v)) for k, v in costs.items())),
+        key = (None if usd_per_call is None else tuple(sorted((str(k), float(v)) for k, v in usd_per_call.items())),
                None if prices is None else (str(prices) if isinstance(prices, (str, Path)) else id(prices)))
         cache = self.__dict__.setdefault("_routers", {})
         if key not in cache:
             cache.clear()  # one cost table at a time is what a user holds
-            cache[key] = SpaceRouter(self, costs, prices=_llm_prices(prices, self.model_names))
+            cache[key] = SpaceRouter(self, usd_per_call, prices=_llm_prices(prices, self.model_names))
         return cache[key]
 
     def route(self, texts: Sequence[str], *, policy: PolicyName = "tuned", candidates: Sequence[str] | None = None,
               top_k: int | None = DEFAULT_TOP_K, min_p: float | None = None, prices: PricesLike = None,
-              costs: dict[str, float] | None = None, cost_weight: float = 0.0, margin: float = 0.02,
+              usd_per_call: dict[str, float] | None = None, cost_weight: float = 0.0, margin: float = 0.02,
               target_p: float | None = None, target_share: float | None = None, budget_per_1k: float | None = None,
+              max_cost: float | None = None, costs: dict[str, float] | None = None,
               budget: float | None = None) -> list[RouteDecision]:
         """The LLM to ask for each text, as `POST /v1/route` answers: per text a `RouteDecision`
         (a plain dict): `chosen`, `p_correct`, `ranking`, `scores` (the best `top_k` allowed
@@ -126,15 +129,18 @@ class Space(CoreSpace):
         `quality_target` (the cheapest LLM whose p reaches `target_p`, or `target_share` x the
         best p) or `budget` (spend `budget_per_1k` USD per 1,000 queries on average). Cost
         policies need prices: `prices` (a price table file, see routing.prices; default: those
-        stored when the space was trained with `prices=`) or `costs` ({LLM: USD per call}).
-        `candidates`: the LLMs allowed; `min_p`: allow only LLMs whose p reaches it; `budget`:
-        drop LLMs costing more per call."""
+        stored when the space was trained with `prices=`) or `usd_per_call` ({LLM: USD per call}).
+        `candidates`: the LLMs allowed; `min_p`: allow only LLMs whose p reaches it; `max_cost`:
+        drop LLMs costing more USD per call. `costs` and `budget` are the old names of
+        `usd_per_call` and `max_cost`."""
+        usd_per_call = take(usd_per_call, costs, "costs", "usd_per_call", "Space.route")
+        max_cost = take(max_cost, budget, "budget", "max_cost", "Space.route")
         texts = _texts(texts, "route")
         if isinstance(candidates, str):
             raise TypeError(f"Space.route: candidates must be a list of LLM names, e.g. [{candidates!r}]")
-        return self.router(costs, prices).route(
+        return self.router(usd_per_call, prices).route(
             self.embed(texts), texts=texts, policy=policy, candidates=None if candidates is None else list(candidates),
-            top_k=top_k, cost_weight=cost_weight, margin=margin, budget=budget, min_p=min_p, target_p=target_p,
+            top_k=top_k, cost_weight=cost_weight, margin=margin, max_cost=max_cost, min_p=min_p, target_p=target_p,
             target_share=target_share, budget_per_1k=budget_per_1k)
 
     def learner(self, **settings) -> "Learner":
@@ -183,21 +189,31 @@ class Space(CoreSpace):
         record_onboarded(new, name, price)
         return new
 
-    def plan(self, name: str, answered: dict[str, float] | None = None, k: int = 10, *, adaptive: bool = True,
-             benchmarks: Sequence[str] | None = None, target_width: float = 0.04,
-             price_usd_per_mtok: tuple[float, float] | None = None, budget_usd: float | None = None) -> dict:
+    def plan(self, name: str, answered: dict[str, float] | None = None, k: int = DEFAULT_BATCH, *,
+             strategy: str = "adaptive", benchmarks: Sequence[str] | None = None,
+             target_width: float = DEFAULT_TARGET_WIDTH, price_usd_per_mtok: tuple[float, float] | None = None,
+             max_usd: float | None = None, adaptive: bool | None = None, budget_usd: float | None = None) -> dict:
         """The next `k` of the space's questions to ask a new LLM `name`, given its graded answers
         so far ({question id: label in [0, 1]}), as `POST /v1/onboard/plan` answers: `questions`
         (question_id, benchmark, gain, cost_usd), `predicted` (its accuracy overall and per
         benchmark, with 90% intervals that hold the space's own error, and each interval's
         `vector_width`, the part more answers narrow), `interval_width` and `stop` (the vector's
-        part narrower than `target_width`: ask no more). With the new LLM's `price_usd_per_mtok` (input, output), each question's cost
-        is estimated (`routing.prices.question_costs_of`) and the most telling questions per dollar
-        are chosen, within `budget_usd` when given."""
+        part narrower than `target_width`: ask no more). `strategy`: "adaptive" or "random". With
+        the new LLM's `price_usd_per_mtok` (input, output), each question's cost is estimated
+        (`routing.prices.question_costs_of`) and the most telling questions per dollar are chosen,
+        within `max_usd` when given. `adaptive` and `budget_usd` are the old names of `strategy`
+        and `max_usd`."""
         from ..model.adaptive import plan
-        return plan(self, name, dict(answered or {}), k, strategy="adaptive" if adaptive else "random",
+        max_usd = take(max_usd, budget_usd, "budget_usd", "max_usd", "Space.plan")
+        if adaptive is not None:
+            deprecated("adaptive", "strategy", "Space.plan")
+            strategy = "adaptive" if adaptive else "random"
+        prices = price_pair(price_usd_per_mtok)
+        if max_usd is not None and prices is None:
+            raise ValueError("Space.plan: max_usd needs price_usd_per_mtok (the new LLM's prices)")
+        return plan(self, name, dict(answered or {}), k, strategy=strategy,
                     benchmarks=list(benchmarks) if benchmarks else None, target_width=target_width,
-                    costs=question_costs_of(self, price_pair(price_usd_per_mtok)), budget_usd=budget_usd).to_dict()
+                    costs=question_costs_of(self, prices), max_usd=max_usd).to_dict()
 
 
 PricesLike = Union[str, Path, PriceTable, None]

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from ..model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_MAX_ANSWERS, DEFAULT_TARGET_WIDTH
 from .output import console, expected_failures
 
 onboard_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
@@ -18,14 +19,38 @@ onboard_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
 SpaceOpt = typer.Option("models:/demo@champion", "--space", help="the space: models:/<name>@<alias>, "
                         "models:/<name>/<version>, or a saved folder")
 BenchOpt = typer.Option(None, "--benchmark", help="ask (and predict) only within this benchmark; repeat for more")
-WidthOpt = typer.Option(None, "--target-width", min=0, help="stop asking once the vector's part of the 90%% interval "
-                        "of the predicted accuracy (what more answers narrow) is narrower than this (e.g. 0.04)")
+WidthOpt = typer.Option(DEFAULT_TARGET_WIDTH, "--target-width", min=0, max=1, help="stop asking once the vector's "
+                        "part of the 90%% interval of the predicted accuracy (what more answers narrow) is narrower "
+                        "than this (0: never stop early)")
+StrategyOpt = typer.Option("adaptive", "--strategy", help="adaptive: the questions that tell most about the LLM; "
+                           "random: a seeded random order")
+OldStrategyOpt = typer.Option(None, "--adaptive/--random", hidden=True, help="old spelling of --strategy")
+PriceInOpt = typer.Option(None, min=0, help="the new LLM's USD per million input tokens (with --price-out)")
+PriceOutOpt = typer.Option(None, min=0, help="its USD per million output tokens (with --price-in)")
+MaxUsdOpt = typer.Option(None, "--max-usd", min=0, help="with the new LLM's prices: spend at most this on questions "
+                         "(their cost estimated before asking)")
+OldMaxUsdOpt = typer.Option(None, "--budget-usd", min=0, hidden=True, help="old spelling of --max-usd")
+
+
+def _strategy(strategy: str, adaptive: Optional[bool]) -> str:
+    if adaptive is not None:
+        _renamed("--adaptive/--random", "--strategy adaptive|random")
+        return "adaptive" if adaptive else "random"
+    if strategy not in ("adaptive", "random"):
+        raise ValueError(f"--strategy must be adaptive or random, not {strategy!r}")
+    return strategy
+
+
+def _renamed(old: str, new: str) -> None:
+    console.print(f"[yellow]{old} is now {new}; the old spelling still works, for now[/yellow]", highlight=False)
 
 
 def _prices(prices: Optional[Path], price_in: Optional[float], price_out: Optional[float], model: str):
-    """(USD per Mtok in, out) for the new LLM: given, else its row of a price table, else None."""
-    if price_in is not None or price_out is not None:
-        return (price_in or 0.0, price_out if price_out is not None else price_in or 0.0)
+    """(USD per Mtok in, out) for the new LLM: both given, else its row of a price table, else None."""
+    if (price_in is None) != (price_out is None):
+        raise ValueError("give both --price-in and --price-out (USD per million input and output tokens), or neither")
+    if price_in is not None:
+        return (price_in, price_out)
     if prices is None:
         return None
     from ..routing.prices import PriceTable
@@ -58,14 +83,19 @@ def onboard_cmd(ctx: typer.Context,
                                                           "that holds the endpoint's API key"),
                 upstream_model: Optional[str] = typer.Option(None, help="the model name the endpoint expects"),
                 space: str = SpaceOpt,
-                budget: int = typer.Option(50, "--budget", min=1, help="answers to grade"),
-                budget_usd: Optional[float] = typer.Option(None, min=0, help="with the new LLM's prices: spend at most "
-                                                           "this on questions (estimated before asking)"),
-                adaptive: bool = typer.Option(True, "--adaptive/--random", help="choose each batch of questions "
-                                              "by what the answers so far leave uncertain, or at random"),
+                max_answers: int = typer.Option(DEFAULT_MAX_ANSWERS, "--max-answers", min=1, help="answers to grade "
+                                                "at most"),
+                old_max_answers: Optional[int] = typer.Option(None, "--budget", min=1, hidden=True,
+                                                              help="old spelling of --max-answers"),
+                max_usd: Optional[float] = MaxUsdOpt,
+                old_max_usd: Optional[float] = OldMaxUsdOpt,
+                strategy: str = StrategyOpt,
+                adaptive: Optional[bool] = OldStrategyOpt,
                 benchmark: Optional[list[str]] = BenchOpt,
-                target_width: Optional[float] = WidthOpt,
-                concurrency: int = typer.Option(8, help="questions in flight at once"),
+                target_width: float = WidthOpt,
+                batch: int = typer.Option(DEFAULT_BATCH, min=1, help="questions planned at a time (the vector is "
+                                          "refitted between batches)"),
+                concurrency: int = typer.Option(8, min=1, help="questions in flight at once"),
                 timeout: float = typer.Option(120.0, help="seconds per request"),
                 retries: int = typer.Option(4, help="retries of a request that may pass on a second try"),
                 max_tokens: int = typer.Option(2048, help="max_tokens of each answer"),
@@ -74,8 +104,8 @@ def onboard_cmd(ctx: typer.Context,
                                                           "$JEIRT_HOME/onboarding/<model>.jsonl)"),
                 prices: Optional[Path] = typer.Option(None, help="a price table with the new LLM's row, for the "
                                                       "questions' cost"),
-                price_in: Optional[float] = typer.Option(None, min=0, help="USD per million input tokens of the new LLM"),
-                price_out: Optional[float] = typer.Option(None, min=0, help="USD per million output tokens"),
+                price_in: Optional[float] = PriceInOpt,
+                price_out: Optional[float] = PriceOutOpt,
                 register: bool = typer.Option(True, "--register/--no-register", help="register the space with "
                                               "the new LLM as a new version"),
                 promote: bool = typer.Option(False, "--promote", help="move the --space alias to the new version"),
@@ -92,13 +122,20 @@ def onboard_cmd(ctx: typer.Context,
     from ..api.endpoint import EndpointError
     from ..api.onboard_endpoint import OnboardingStopped, onboard_endpoint
     with expected_failures():
+        if old_max_answers is not None:
+            _renamed("--budget", "--max-answers")
+            max_answers = old_max_answers
+        if old_max_usd is not None:
+            _renamed("--budget-usd", "--max-usd")
+            max_usd = old_max_usd
         try:
             report = onboard_endpoint(
-                endpoint, model, answer_key=answers, space=space, budget=budget, adaptive=adaptive,
-                api_key_env=api_key_env, upstream_model=upstream_model, answer_kind=answer_kind, benchmarks=benchmark,
-                target_width=target_width, concurrency=concurrency, timeout_s=timeout, retries=retries,
-                max_tokens=max_tokens, answer_log=answer_log, price_usd_per_mtok=_prices(prices, price_in, price_out, model),
-                budget_usd=budget_usd, register=register, promote=promote, replace=replace)
+                endpoint, model, answer_key=answers, space=space, max_answers=max_answers,
+                strategy=_strategy(strategy, adaptive), api_key_env=api_key_env, upstream_model=upstream_model,
+                answer_kind=answer_kind, benchmarks=benchmark, target_width=target_width, batch=batch,
+                concurrency=concurrency, timeout_s=timeout, retries=retries, max_tokens=max_tokens,
+                answer_log=answer_log, price_usd_per_mtok=_prices(prices, price_in, price_out, model),
+                max_usd=max_usd, register=register, promote=promote, replace=replace)
         except (EndpointError, OnboardingStopped) as e:
             console.print(f"[red]{e}[/red]", highlight=False, soft_wrap=True)
             raise typer.Exit(1)
@@ -131,14 +168,15 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
              space: str = SpaceOpt,
              answered: Optional[Path] = typer.Option(None, "--answered", help="its graded answers so far: "
                                                      "CSV/Parquet with question_id, label (0-1)"),
-             k: int = typer.Option(10, "-k", "--k", min=1, help="how many questions to plan"),
-             adaptive: bool = typer.Option(True, "--adaptive/--random"),
+             k: int = typer.Option(DEFAULT_BATCH, "-k", "--k", min=1, help="how many questions to plan"),
+             strategy: str = StrategyOpt,
+             adaptive: Optional[bool] = OldStrategyOpt,
              benchmark: Optional[list[str]] = BenchOpt,
-             target_width: float = typer.Option(0.04, "--target-width", min=0, help="the stopping rule's width of the vector's part of the interval"),
-             price_in: Optional[float] = typer.Option(None, min=0, help="the new LLM's USD per million input tokens: "
-                                                      "questions are then chosen per dollar"),
-             price_out: Optional[float] = typer.Option(None, min=0, help="its USD per million output tokens"),
-             budget_usd: Optional[float] = typer.Option(None, min=0, help="with the prices: plan at most this much"),
+             target_width: float = WidthOpt,
+             price_in: Optional[float] = PriceInOpt,
+             price_out: Optional[float] = PriceOutOpt,
+             max_usd: Optional[float] = MaxUsdOpt,
+             old_max_usd: Optional[float] = OldMaxUsdOpt,
              out: Optional[Path] = typer.Option(None, "--out", help="also write the planned questions (id, "
                                                 "benchmark, text) to this CSV"),
              as_json: bool = typer.Option(False, "--json", help="print the plan as JSON")):
@@ -149,13 +187,17 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
     from ..model.adaptive import plan
     from ..routing.prices import question_costs_of
     with expected_failures():
+        if old_max_usd is not None:
+            _renamed("--budget-usd", "--max-usd")
+            max_usd = old_max_usd
+        strategy = _strategy(strategy, adaptive)
+        prices = _prices(None, price_in, price_out, model)
+        if max_usd is not None and prices is None:
+            raise ValueError("--max-usd needs --price-in and --price-out (the new LLM's prices)")
         s = Space.load(space)
         done = read_graded(answered) if answered is not None else {}
-        prices = _prices(None, price_in, price_out, model)
-        if budget_usd is not None and prices is None:
-            raise ValueError("--budget-usd needs --price-in/--price-out (the new LLM's prices)")
-        result = plan(s, model, done, k, strategy="adaptive" if adaptive else "random", benchmarks=benchmark,
-                      target_width=target_width, costs=question_costs_of(s, prices), budget_usd=budget_usd)
+        result = plan(s, model, done, k, strategy=strategy, benchmarks=benchmark,
+                      target_width=target_width, costs=question_costs_of(s, prices), max_usd=max_usd)
     if out is not None:
         import pandas as pd
         texts = dict(zip(s.question_ids, s.question_texts)) if s.question_texts else {}

@@ -28,8 +28,8 @@ import numpy as np
 from sklearn.cluster import KMeans
 
 from ..routing.calibration import choose_recalibration, ece
-from ..routing.costs import upper_hull
-from ..routing.frontier import (Points, Singles, arena_score, bootstrap, figures, hull_value, lambdas,
+from ..routing.centroids import Centroids, unit
+from ..routing.frontier import (Points, Singles, arena_score, bootstrap, figures, hull_value, lambdas, upper_hull,
                                 policy_points, threshold_points)
 from ..routing.outcomes import train_rates
 from ..routing.prices import LLMPrices, OutputLengths, cost_matrix, token_counter
@@ -42,10 +42,6 @@ SHRINK = 5.0  # pseudo-answers at an LLM's overall rate in each cluster's rate
 FULL_COVERAGE = 0.95  # of the best-covered LLM's share of training questions, to stand as a single LLM
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-9)
-
-
 class Costs:
     """Per question and LLM: the expected cost a router decides on, and what the answer cost."""
 
@@ -56,10 +52,8 @@ class Costs:
         train_rows = prep.split.questions(0)
         benches, bench_of = np.unique(np.asarray(data.benchmarks), return_inverse=True)
         # a query's benchmark as a router can tell it: the nearest training centroid
-        x = _unit(prep.X)
-        present = [b for b in range(len(benches)) if (bench_of[train_rows] == b).any()]
-        centroids = _unit(np.stack([x[train_rows][bench_of[train_rows] == b].mean(0) for b in present]))
-        self.nearest = np.asarray(present)[(x @ centroids.T).argmax(1)]
+        centroids = Centroids.fit(prep.X[train_rows], benches[bench_of[train_rows]])
+        self.nearest = np.searchsorted(benches, centroids.nearest(prep.X))
         if answer_tokens is not None:
             self.lengths = OutputLengths.from_matrix(answer_tokens, train_rows, np.asarray(data.benchmarks),
                                                      "recorded answers of training questions")
@@ -80,7 +74,7 @@ def cluster_rates(prep: Prepared, k: int, seed: int) -> np.ndarray:
     """(Q, M) each LLM's training accuracy in each question's k-means cluster (shrunk)."""
     train = prep.pairs("train")
     tq, tm, ty = train.q.numpy(), train.m.numpy(), train.y.numpy()
-    x = _unit(prep.X)
+    x = unit(prep.X)
     rows = np.unique(tq)
     km = KMeans(n_clusters=min(k, len(rows)), n_init=3, random_state=seed).fit(x[rows])
     cluster = km.predict(x)

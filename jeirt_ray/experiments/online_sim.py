@@ -33,7 +33,6 @@ from ..learning.explore import DEFAULTS, Explorer
 from ..learning.online import OnlineState, Outcomes
 from ..model.onboarding import directions
 from ..model.space import CoreSpace
-from .methods import train_space
 from .prepare import Prepared
 
 METHODS = ("static", "online", "online_full", "epsilon_greedy", "linucb", "category_best", "oracle")

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .onboarding import RowFit, directions, fit_row, member_priors
+from .onboarding_defaults import DEFAULT_TARGET_WIDTH
 from .space import CoreSpace
 
-DEFAULT_TARGET_WIDTH = 0.04  # stop when the vector's part of the 90% interval of the predicted accuracy is narrower
 DEFAULT_LEVEL = 0.9
 ERROR_DRAWS = 20  # draws of the space's error per draw of the vector
 TARGETS = ("questions", "accuracy")
@@ -63,11 +63,11 @@ def belief(space: CoreSpace, name: str, x: np.ndarray | None, labels: np.ndarray
 
 def select(candidates: list[tuple[np.ndarray, np.ndarray]], reference: list[tuple[np.ndarray, np.ndarray]],
            fits: list[RowFit], k: int, costs: np.ndarray | None = None,
-           budget: float | None = None, target: str = "accuracy") -> tuple[list[int], list[float]]:
+           max_usd: float | None = None, target: str = "accuracy") -> tuple[list[int], list[float]]:
     """Greedily the `k` candidates (per member: directions and norms) whose answers most reduce
     the posterior variance of P(correct) over the `reference` questions (module docstring), and
     each one's expected reduction (summed over members, per reference question). With `costs`
-    (one per candidate), the reduction per unit of cost is maximised instead, and with `budget`
+    (one per candidate), the reduction per unit of cost is maximised instead, and with `max_usd`
     only what still fits in it is taken (fewer than k when it runs out). `target`: "accuracy"
     (the variance of the reference questions' mean P(correct), the predicted accuracy: M = g g'
     with g the mean of p(1 - p) r; the default, chosen on validation) or "questions" (the
@@ -93,7 +93,7 @@ def select(candidates: list[tuple[np.ndarray, np.ndarray]], reference: list[tupl
     taken: list[int] = []
     gains: list[float] = []
     free = np.ones(n, dtype=bool)
-    left = np.inf if budget is None else float(budget)
+    left = np.inf if max_usd is None else float(max_usd)
     for _ in range(min(k, n)):
         gain = sum(w * t / (1 + w * s) for _, _, _, w, s, t in state)
         score = gain / np.maximum(costs, 1e-12) if costs is not None else gain.copy()
@@ -233,7 +233,7 @@ class Plan:
 
 
 def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, strategy: str = "adaptive",
-         benchmarks: list[str] | None = None, costs: dict[str, float] | None = None, budget_usd: float | None = None,
+         benchmarks: list[str] | None = None, costs: dict[str, float] | None = None, max_usd: float | None = None,
          target_width: float = DEFAULT_TARGET_WIDTH, level: float = DEFAULT_LEVEL, seed: int = 0,
          prior: str = "population", allowed: set[str] | None = None, target: str = "accuracy") -> Plan:
     """The next `k` questions of the space (ids of its stored questions) to ask LLM `name`, given
@@ -241,7 +241,7 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     accuracy per benchmark with intervals. `strategy`: "adaptive" (`select`) or "random".
     `benchmarks`: ask and predict only within these; `allowed`: ask only these question ids (e.g.
     those an answer key can grade); `costs` (question id -> USD of asking it)
-    with `budget_usd`: spend at most that on the questions planned. The intervals include the
+    with `max_usd`: spend at most that on the questions planned. The intervals include the
     space's own error where its metadata records it (`accuracy_error`, space_error). `stop` says
     the vector's part of the overall interval is narrower than `target_width`: more answers would
     not narrow it much. `target`: what the adaptive questions aim to pin down (`select`)."""
@@ -290,7 +290,7 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     elif strategy == "adaptive":
         at = np.searchsorted(ref_rows, cand_rows)  # the candidates are reference questions: no second forward
         cand = [(r[at], n[at]) for r, n in reference]
-        picked, gains = select(cand, [(r[sample], n[sample]) for r, n in reference], fits, k, cost_of, budget_usd,
+        picked, gains = select(cand, [(r[sample], n[sample]) for r, n in reference], fits, k, cost_of, max_usd,
                                target=target)
     else:
         order = rng.permutation(len(cand_rows))
@@ -299,7 +299,7 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
             if len(picked) == k:
                 break
             c = 0.0 if cost_of is None else cost_of[i]
-            if budget_usd is None or spent + c <= budget_usd:
+            if max_usd is None or spent + c <= max_usd:
                 picked.append(int(i))
                 spent += c
         gains = [float("nan")] * len(picked)

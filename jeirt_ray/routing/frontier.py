@@ -3,7 +3,7 @@
 A router with a cost knob has many operating points (one per setting). Each point is a pick per
 question; its cost is the mean USD of the picked LLM's answer, its accuracy the mean label. Any two
 points can be mixed at random, so a router is worth the upper hull of its points
-(routing.costs.upper_hull). Figures, for a reference LLM (the best single one):
+(`upper_hull`). Figures, for a reference LLM (the best single one):
 
 - `aiq`: the area under the hull over the singles' cost range, divided by its width (RouterBench);
 - `cost_share_at_best_accuracy`: the least cost on the hull that reaches the reference's accuracy,
@@ -15,6 +15,15 @@ points can be mixed at random, so a router is worth the upper hull of its points
 
 `Points` keeps each point's per-question cost and label, so that every figure gets a bootstrap
 interval over questions (`bootstrap`).
+
+The report's curves, on per-LLM costs: `cost_curve` (the utility rule over a sweep of weights),
+`margin_curve`, `single_llm_points`; `upper_hull` and `aiq` (RouterBench: the area under the
+non-decreasing concave hull of (average cost, accuracy) points, over the cost range; any two
+points can be mixed by randomising between their settings, hence the hull); and CPT(x)
+(RouteLLM, Ong et al. 2024): between the cheapest LLM and the best one (on training data), the
+smallest share of calls to the best one, routed by predicted advantage, that reaches x of the
+accuracy gap between the two (a router blind to the question needs x). Questions where either of
+the two has no label are left out of CPT.
 """
 
 from __future__ import annotations
@@ -23,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .costs import aiq, upper_hull
-from .outcomes import available_argmax
+from .costs import cheapest_within_margin, cost_weighted_choice, quality_target_choice
+from .outcomes import available_argmax, routed_labels
 
 SHARES = (0.1, 0.25, 0.5)
 ARENA_BETA, ARENA_C_MAX, ARENA_C_MIN = 0.1, 200.0, 0.0044  # RouterArena's constants (USD per 1,000 queries)
@@ -63,18 +72,13 @@ def lambdas(cost: np.ndarray, n: int = 60) -> np.ndarray:
 
 
 def utility_picks(p: np.ndarray, cost: np.ndarray, available: np.ndarray, lams: np.ndarray) -> np.ndarray:
-    """Expected utility p - lambda x cost, maximised among the available LLMs, per lambda: (n, P)."""
-    return np.stack([available_argmax(p - lam * cost, available) for lam in lams], axis=1)
+    """The `cost_weighted` rule (expected utility p - lambda x cost) at each lambda: (n, P)."""
+    return np.stack([cost_weighted_choice(p, cost, lam, available) for lam in lams], axis=1)
 
 
 def target_picks(p: np.ndarray, cost: np.ndarray, available: np.ndarray, targets) -> np.ndarray:
-    """The cheapest available LLM whose p reaches `target` x the best available p, per target."""
-    best = np.where(available, p, -np.inf).max(1, keepdims=True)
-    out = []
-    for t in targets:
-        ok = available & (p >= t * best)
-        out.append(available_argmax(-np.where(ok, cost, np.inf), ok))
-    return np.stack(out, axis=1)
+    """The `quality_target` rule at each share `target` of the best available p: (n, P)."""
+    return np.stack([quality_target_choice(p, cost, available, target_share=t) for t in targets], axis=1)
 
 
 TARGETS = tuple(np.round(np.linspace(0.5, 1.0, 21), 3))
@@ -204,4 +208,86 @@ def bootstrap(methods: dict[str, Points], singles: Singles, ref: int, n_boot: in
     out = {m: {"aiq_ci95": ci(d["aiq"]), "cost_share_at_best_accuracy_ci95": ci(d["share"]),
                "accuracy_at_cost_share_ci95": {str(s): ci(d[str(s)]) for s in SHARES}} for m, d in draws.items()}
     out["pairs"] = {f"{a}-{b}": ci(v) for (a, b), v in diffs.items()}
+    return out
+
+
+def cost_curve(scores: np.ndarray, costs: np.ndarray, labels: np.ndarray, n_points: int = 40) -> list[dict]:
+    """(average cost, accuracy) when routing each question by the `cost_weighted` rule,
+    argmax(score - lambda * cost), for lambda from 0 (ignore cost) up to a value where the
+    cheapest available LLM wins everywhere."""
+    available = ~np.isnan(labels)
+    spread = float(np.nanmax(scores) - np.nanmin(scores))
+    gap = float(costs.max() - costs.min()) or 1.0
+    lams = np.concatenate([[0.0], np.geomspace(1e-4, 10.0, n_points - 1)]) * max(spread, 1e-12) / gap
+    picks = utility_picks(scores, costs, available, lams)
+    return [{"lambda": float(lam), "avg_cost": float(costs[pick].mean()),
+             "accuracy": float(routed_labels(pick, labels).mean())} for lam, pick in zip(lams, picks.T)]
+
+
+def margin_curve(scores: np.ndarray, costs: np.ndarray, labels: np.ndarray,
+                 margins=(0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)) -> list[dict]:
+    """(average cost, accuracy) of the `cheapest_within_margin` rule at each margin."""
+    available = ~np.isnan(labels)
+    out = []
+    for margin in margins:
+        pick = cheapest_within_margin(scores, costs, margin, available)
+        out.append({"margin": float(margin), "avg_cost": float(costs[pick].mean()),
+                    "accuracy": float(routed_labels(pick, labels).mean())})
+    return out
+
+
+def single_llm_points(costs: np.ndarray, labels: np.ndarray) -> list[dict]:
+    """Each LLM used alone: its accuracy on the questions it has a label for, at its cost."""
+    return [{"llm": int(m), "avg_cost": float(costs[m]), "accuracy": float(np.nanmean(labels[:, m]))}
+            for m in range(labels.shape[1]) if (~np.isnan(labels[:, m])).any()]
+
+
+def upper_hull(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The non-decreasing concave upper hull of (cost, accuracy) points, from the cheapest point."""
+    pts = sorted(set(points))
+    hull: list[tuple[float, float]] = []
+    for p in pts:
+        if hull and p[1] <= hull[-1][1]:
+            continue  # costs more and is no better: never on a non-decreasing frontier
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (x2 - x1) * (p[1] - y1) - (y2 - y1) * (p[0] - x1) >= 0:
+                hull.pop()  # hull[-1] lies on or below the chord from hull[-2] to p
+            else:
+                break
+        hull.append(p)
+    return hull
+
+
+def aiq(points: list[tuple[float, float]], cost_range: tuple[float, float]) -> float:
+    """Area under the hull over [c_min, c_max] divided by its width; beyond the hull's last point
+    the accuracy stays at its best (spending more is never forced)."""
+    lo, hi = cost_range
+    if hi <= lo:
+        raise ValueError(f"empty cost range {cost_range}")
+    hull = upper_hull(points)
+    xs = np.array([p[0] for p in hull] + [hi])
+    ys = np.array([p[1] for p in hull] + [hull[-1][1]])
+    # piecewise linear, so the trapezoids are exact; below the cheapest point nothing is
+    # reachable (accuracy 0 from lo to xs[0])
+    return float(((ys[1:] + ys[:-1]) / 2 * np.diff(xs)).sum() / (hi - lo))
+
+
+def cpt(advantage: np.ndarray, strong: np.ndarray, weak: np.ndarray, levels=(0.5, 0.8)) -> dict:
+    """Share of calls to the strong LLM needed to reach each level of the weak-to-strong gap when
+    the questions with the largest predicted `advantage` go to the strong LLM. `strong`/`weak`:
+    the two LLMs' labels on the same questions."""
+    order = np.argsort(-advantage, kind="stable")
+    n = len(order)
+    # accuracy when the first i questions (by advantage) go to the strong LLM, i = 0..n
+    gain = np.concatenate([[0.0], np.cumsum(strong[order] - weak[order])])
+    acc = (weak.sum() + gain) / n
+    lo, hi = float(weak.mean()), float(strong.mean())
+    out = {"weak_accuracy": lo, "strong_accuracy": hi, "questions": int(n)}
+    for x in levels:
+        if hi <= lo:
+            out[f"cpt_{int(x * 100)}"] = None  # no gap to close
+            continue
+        reached = np.flatnonzero(acc >= lo + x * (hi - lo) - 1e-9)  # tolerance: float sums
+        out[f"cpt_{int(x * 100)}"] = float(reached[0] / n)
     return out

@@ -12,8 +12,9 @@ Policies:
 - `budget`: expected utility with the cost weight chosen so that the expected spend per 1,000
   queries like the space's own questions meets `budget_per_1k` (USD).
 Costs: USD per (query, LLM) from prices (routing.prices: input tokens x input price + expected
-answer tokens x output price), or a flat price per call per LLM (`costs`). `candidates` restricts
-the LLMs; `budget` drops those costing more per call; `min_p` those whose p falls short.
+answer tokens x output price), or a flat USD per call per LLM (`usd_per_call`). `candidates`
+restricts the LLMs; `max_cost` drops those costing more USD per call; `min_p` those whose p falls
+short.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from functools import cached_property
 
 import numpy as np
 
-from .costs import cheapest_within_margin, cost_weighted_choice, cost_weighted_scores
+from .centroids import Centroids
+from .costs import cheapest_within_margin, cost_weighted_choice, cost_weighted_scores, quality_target_choice
 from .decisions import DEFAULT_TOP_K, POLICIES, RouteDecision
 from .outcomes import available_argmax
 from .policies import Policy, SignalBuilder
-from .prices import LLMPrices, cost_matrix, lengths_of, token_counter
+from .prices import LLMPrices, cost_matrix, lengths_of, question_input_tokens, token_counter
 
 COST_POLICIES = ("cost_weighted", "cheapest_within_margin", "quality_target", "budget")
 BUDGET_QUERIES = 2000  # the space's own questions that a budget's cost weight is calibrated on
@@ -53,26 +55,29 @@ class Conflict(RequestError):
 
 class SpaceRouter:
     """Routes encoder embeddings with a space (`model.space.CoreSpace`). Costs, needed by the cost
-    policies and `budget`: `prices` (per LLM, USD per million tokens; default: the prices stored
-    with the space, if any) or `costs` ({LLM: price per call})."""
+    policies and `max_cost`: `prices` (per LLM, USD per million tokens; default: the prices stored
+    with the space, if any) or `usd_per_call` ({LLM: USD per call, whatever the query})."""
 
-    def __init__(self, space, costs: dict[str, float] | None = None, default_policy: str = "tuned",
-                 prices: LLMPrices | None = None):
+    def __init__(self, space, usd_per_call: dict[str, float] | None = None, default_policy: str = "tuned",
+                 prices: LLMPrices | None = None, label: str = ""):
+        self.label = label  # what the answers name as the space (the Serve router: `<model>/<version>`)
         self.space, self.default_policy = space, default_policy
         self.names = [str(n) for n in space.model_names]
         self.index = {n: i for i, n in enumerate(self.names)}
-        self.costs = None
-        if costs:
-            missing = [n for n in self.names if n not in costs]
+        self.usd_per_call = None
+        if usd_per_call:
+            missing = [n for n in self.names if n not in usd_per_call]
             if missing:
-                raise ValueError(f"the cost table has no price for {missing[:5]}{'...' if len(missing) > 5 else ''}")
-            self.costs = np.array([float(costs[n]) for n in self.names])
+                raise ValueError(f"usd_per_call has no price for {missing[:5]}{'...' if len(missing) > 5 else ''}")
+            self.usd_per_call = np.array([float(usd_per_call[n]) for n in self.names])
         stored = space.metadata.get("prices")
-        self.prices = prices if prices is not None else (LLMPrices.from_dict(stored) if stored and not costs else None)
+        self.prices = prices if prices is not None else (LLMPrices.from_dict(stored) if stored and not usd_per_call else None)
         if self.prices is not None:
             self.prices = _aligned(self.prices, self.names)
         self.lengths = lengths_of(space)
-        self.benchmarks, self.centroids = _centroids(space)
+        self.centroids = None  # the benchmarks' centroids, where the space stores its questions
+        if space.question_embeddings is not None and len(space.question_benchmarks):
+            self.centroids = Centroids.fit(space.question_embeddings, space.question_benchmarks)
         self.tuned = None  # (Policy, SignalBuilder) chosen on validation, when the space has one
         chosen = space.metadata.get("routing_policy")
         if chosen and space.routing:
@@ -83,15 +88,15 @@ class SpaceRouter:
 
     @property
     def priced(self) -> bool:
-        return self.prices is not None or self.costs is not None
+        return self.prices is not None or self.usd_per_call is not None
 
     def cost_matrix(self, x: np.ndarray, texts: list[str] | None = None,
                     nearest: list[str] | None = None) -> np.ndarray | None:
-        """USD per query (rows of `x`) and LLM, or None without prices or costs. Input tokens are
+        """USD per query (rows of `x`) and LLM, or None without prices or usd_per_call. Input tokens are
         counted in `texts` (without them: the median of the space's own questions); `nearest`:
         each query's nearest benchmark, where the caller has it already."""
         if self.prices is None:
-            return None if self.costs is None else np.tile(self.costs, (len(x), 1))
+            return None if self.usd_per_call is None else np.tile(self.usd_per_call, (len(x), 1))
         tokens = token_counter().count(texts) if texts is not None else np.full(len(x), self._median_tokens)
         bench = None
         if self.centroids is not None and self.lengths.benchmarks:
@@ -100,13 +105,17 @@ class SpaceRouter:
         return cost_matrix(self.prices, tokens, self.lengths.expected(bench, len(x), len(self.names)))
 
     @cached_property
+    def question_tokens(self) -> np.ndarray:
+        """Input tokens of the space's questions (counted once), for pricing onboarding's plans."""
+        return question_input_tokens(self.space)
+
+    @cached_property
     def _median_tokens(self) -> float:
         texts = getattr(self.space, "question_texts", None) or []
         return float(np.median(token_counter().count(texts[:500]))) if texts else 100.0
 
     def nearest(self, x: np.ndarray) -> list[str]:
-        xn = x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-9)
-        return [str(self.benchmarks[i]) for i in (xn @ self.centroids.T).argmax(1)]
+        return self.centroids.nearest(x)
 
     @cached_property
     def _budget_sample(self) -> tuple[np.ndarray, np.ndarray]:
@@ -152,7 +161,7 @@ class SpaceRouter:
                 self._budget_weights.popitem(last=False)
         return weight
 
-    def candidates(self, names: list[str] | None, budget: float | None, cost: np.ndarray | None) -> np.ndarray:
+    def candidates(self, names: list[str] | None, max_cost: float | None, cost: np.ndarray | None) -> np.ndarray:
         """Column indices of the LLMs a request allows."""
         cand = np.arange(len(self.names))
         if names:
@@ -161,10 +170,10 @@ class SpaceRouter:
                 raise NotFound(f"unknown candidate LLM(s) {unknown}; this space serves {len(self.names)} "
                                f"LLMs (GET /v1/models)")
             cand = np.array([self.index[c] for c in dict.fromkeys(names)])
-        if budget is not None:
-            cand = cand[cost[:, cand].max(0) <= budget]
+        if max_cost is not None:
+            cand = cand[cost[:, cand].max(0) <= max_cost]
             if not len(cand):
-                raise Conflict(f"no candidate LLM costs at most the budget {budget}")
+                raise Conflict(f"no candidate LLM costs at most max_cost {max_cost} USD per call")
         return cand
 
     def _rule(self, policy: str, p: np.ndarray, x: np.ndarray, cost_weight: float, margin: float,
@@ -181,17 +190,12 @@ class SpaceRouter:
             w = cost_weight if policy == "cost_weighted" else self.budget_weight(budget_per_1k)
             return (lambda available: cost_weighted_choice(p, cost, w, available)), cost_weighted_scores(p, cost, w)
         if policy == "quality_target":
-            def choose(available):
-                best = np.where(available, p, -np.inf).max(1, keepdims=True)
-                floor = np.full_like(best, target_p) if target_p is not None else target_share * best
-                ok = available & (p >= np.minimum(floor, best))  # none reaches it: the best p
-                return available_argmax(-np.where(ok, cost, np.inf), ok)
-            return choose, p
+            return (lambda available: quality_target_choice(p, cost, available, target_p, target_share)), p
         return (lambda available: cheapest_within_margin(p, cost, margin, available)), p
 
     def route(self, x: np.ndarray, *, policy: str | None = None, candidates: list[str] | None = None,
               top_k: int | None = DEFAULT_TOP_K, cost_weight: float = 0.0, margin: float = 0.02,
-              budget: float | None = None, min_p: float | None = None, ranking: int = 5,
+              max_cost: float | None = None, min_p: float | None = None, ranking: int = 5,
               texts: list[str] | None = None, target_p: float | None = None, target_share: float | None = None,
               budget_per_1k: float | None = None) -> list[RouteDecision]:
         """One decision per row of `x` (encoder embeddings; `texts`: the queries, whose tokens
@@ -199,12 +203,13 @@ class SpaceRouter:
         (||E_Q||), `nearest_benchmark`, `ranking` (the policy's own order of the allowed LLMs: the
         pick, then the next best once the ones before are taken away, at most `ranking` of them:
         a gateway's fallbacks), and `scores` (every allowed LLM's p, the policy's own `score` and
-        expected cost, by p, the first `top_k`). `min_p` allows only the LLMs whose p reaches it."""
+        expected cost, by p, the first `top_k`). `min_p` allows only the LLMs whose p reaches it;
+        `max_cost` only those that cost at most that many USD per call."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float32))
         policy = policy or self.default_policy
         _check_numbers(top_k=(top_k, 1, None, True), ranking=(ranking, 1, None, True),
                        cost_weight=(cost_weight, 0, None, False), margin=(margin, 0, None, False),
-                       budget=(budget, 0, None, False), min_p=(min_p, 0, 1, False), target_p=(target_p, 0, 1, False),
+                       max_cost=(max_cost, 0, None, False), min_p=(min_p, 0, 1, False), target_p=(target_p, 0, 1, False),
                        target_share=(target_share, 0, 1, False), budget_per_1k=(budget_per_1k, 0, None, False))
         for name, value in (("target_share", target_share), ("budget_per_1k", budget_per_1k)):
             if value is not None and value == 0:
@@ -213,9 +218,9 @@ class SpaceRouter:
             raise RequestError("candidates must be a non-empty list of LLM names (leave it out for every LLM)")
         if policy not in POLICIES:
             raise RequestError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
-        if (policy in COST_POLICIES or budget is not None) and not self.priced:
-            raise Conflict(f"policy {policy!r} and budget need prices; none are configured (train with prices=, "
-                           f"or set the Router's user_config.prices or costs)")
+        if (policy in COST_POLICIES or max_cost is not None) and not self.priced:
+            raise Conflict(f"policy {policy!r}{' and max_cost' if max_cost is not None else ''} need prices; none are "
+                           f"configured (train with prices=, or set the Router's user_config.prices or usd_per_call)")
         # a policy's missing or doubled parameter is a 409, as the schema cannot say which fields a
         # policy needs (they may also come as headers): every schema-valid request gets a 2xx/4xx it documents
         if policy == "quality_target" and (target_p is None) == (target_share is None):
@@ -225,7 +230,7 @@ class SpaceRouter:
             raise Conflict("policy 'budget' needs budget_per_1k (USD per 1,000 queries)")
         nearest = self.nearest(x) if self.centroids is not None else None
         cost = self.cost_matrix(x, texts, nearest)
-        cand = self.candidates(candidates, budget, cost)
+        cand = self.candidates(candidates, max_cost, cost)
         p = self.space.predict_proba(x)
         allowed = np.zeros(p.shape, dtype=bool)
         allowed[:, cand] = True
@@ -272,17 +277,6 @@ def _aligned(prices: LLMPrices, names: list[str]) -> LLMPrices:
                      np.array([prices.output_usd_per_mtok[i] if i >= 0 else top_out for i in idx]),
                      [prices.sources[i] if i >= 0 else "dearest" for i in idx],
                      [prices.notes[i] if i >= 0 else "not in the prices: priced as the dearest" for i in idx])
-
-
-def _centroids(space):
-    """Unit mean direction of each benchmark's questions in the frozen encoder space."""
-    if space.question_embeddings is None or not space.question_benchmarks:
-        return [], None
-    x = space.question_embeddings / np.linalg.norm(space.question_embeddings, axis=1, keepdims=True).clip(1e-9)
-    bench = np.asarray(space.question_benchmarks)
-    names = sorted(set(bench))
-    c = np.stack([x[bench == b].mean(0) for b in names])
-    return names, c / np.linalg.norm(c, axis=1, keepdims=True).clip(1e-9)
 
 
 def _check_numbers(**given) -> None:

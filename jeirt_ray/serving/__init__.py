@@ -1,1 +1,2 @@
-"""Ray Serve: routing and onboarding over HTTP (plain cores in router.py, deployments in app.py)."""
+"""Ray Serve: routing, chat and onboarding over HTTP (the Router ingress and build_app in app.py,
+the replicas behind it in replicas.py, plain parts in the other modules)."""

@@ -1,10 +1,11 @@
-"""Ray Serve deployments: the encoder, the router (which is also the FastAPI ingress) and
-the onboarder; thin wrappers over the plain parts of this package.
+"""The Serve application: the Router deployment (the FastAPI ingress: every HTTP handler) and
+`build_app`, which binds it to the replicas behind it (replicas.py).
 
-    Encoder   the frozen text encoder; @serve.batch merges concurrent queries into one forward
-    Router    the HTTP API: /v1/route, /v1/chat/completions, /v1/onboard, /v1/models, /health and
-              the web explorer, over a LiveSpace (live.py: models:/<model>@<alias>, watched)
-    Onboarder an OnboardingService (onboarding.py) one request at a time
+    Router    the HTTP API: /v1/route, /v1/chat/completions (its flow: chat.py), /v1/onboard,
+              /v1/models, /health and the web explorer, over a LiveSpace (live.py:
+              models:/<model>@<alias>, watched)
+    Encoder   the frozen text encoder (replicas.py)
+    Onboarder an OnboardingService (onboarding.py) one request at a time (replicas.py)
 
 The router is the ingress rather than a separate deployment behind one: its work per query is
 a few milliseconds, and on the reference machine every extra handle hop cost about 6 ms, a
@@ -24,25 +25,26 @@ from pathlib import Path
 
 import numpy as np
 from fastapi import Header, HTTPException, Request, Response
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse
 from ray import serve
 
 from ..encoders import make_encoder
 from ..routing.decisions import PolicyName
 from ..routing.router import RequestError
 from .access import ACCESS_SECONDS, ANY_KEY, KEY_SCOPE, PUBLIC, Access, route_scopes, scoped, secure_openapi
+from .chat import ChatFlow
 from .deploy import check_open_host, serve_listens_on
-from .gateway import (AllFailed, ChatControl, Conversations, Gateway, answer_cost, answer_tokens, ask_for_usage,
-                      decision_only, estimated_usage, reachable_candidates, relay, routing_headers, routing_of)
-from .http import ERRORS, TOKEN_ENV, error, make_api, server_timing
+from .gateway import ChatControl, Conversations, Gateway
+from .http import ERRORS, TOKEN_ENV, make_api, server_timing
 from .keys import ADMIN_TOKEN_KEY, KeyStore
 from .live import LiveSpace, RegistryUnreachable
 from .metrics import make_metrics
-from .onboarding import OnboarderBusy, OnboardingService
+from .onboarding import OnboarderBusy
+from .replicas import Encoder, Onboarder, ThreadedEncoder
 from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, HealthResponse, KeyResponse, LLMsResponse, MapResponse,
                       ModelsResponse, OnboardRequest, OnboardResponse, PlanRequest, PlanResponse, RouteRequest,
                       RouteResponse)
-from .settings import AppArgs, OnboarderConfig, RouterConfig
+from .settings import AppArgs, RouterConfig
 
 STATIC = Path(__file__).with_name("static")
 
@@ -56,64 +58,6 @@ def static_files() -> dict[str, Path]:
     plotly = importlib.resources.files("plotly") / "package_data" / "plotly.min.js"
     files["plotly.min.js"] = Path(str(plotly))
     return files
-
-
-class ThreadedEncoder:
-    """An encoder whose forward runs in a worker thread (the event loop keeps taking requests,
-    and the next batch gathers while this one computes) with `threads` torch threads. Torch's
-    thread count is per calling thread under OpenMP, and Ray sets OMP_NUM_THREADS to the
-    replica's num_cpus, so it is set in the thread that runs the forward."""
-
-    def __init__(self, spec: str, threads: int | None, tracking_uri: str | None = None):
-        if spec.startswith("models:/"):  # the encoder saved with a registered (fine-tuned) space
-            from ..tracking.registry import SpaceRegistry
-            spec = str(SpaceRegistry(tracking_uri).download_encoder(spec))
-        self.encoder, self.threads = make_encoder(spec), threads
-        self.forward(["warm-up"])  # load the weights before the first request
-
-    def forward(self, texts: list[str]) -> np.ndarray:
-        if self.threads:
-            import torch
-            if torch.get_num_threads() != self.threads:
-                torch.set_num_threads(self.threads)
-        return self.encoder.encode(texts)
-
-    async def encode(self, texts: list[str]) -> np.ndarray:
-        return await asyncio.to_thread(self.forward, texts)
-
-
-@serve.deployment(name="Encoder")
-class Encoder:
-    def __init__(self, encoder: str, threads: int | None = None, tracking_uri: str | None = None):
-        from ..core.secrets import redact_logs
-        redact_logs("jeirt", "ray.serve", "mlflow")  # every replica, not only the Router: a tracking URI may carry credentials
-        self.encoder = ThreadedEncoder(encoder, threads, tracking_uri)
-        self.metrics = make_metrics()
-
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)  # no waiting alone; batches form under load
-    async def encode(self, texts: list[str]) -> list[np.ndarray]:
-        self.metrics.encoder_batch(len(texts))
-        return list(await self.encoder.encode(texts))
-
-    async def encode_many(self, texts: list[str]) -> np.ndarray:
-        """A request's own batch (e.g. onboarding by text) in one call."""
-        return await self.encoder.encode(texts)
-
-
-@serve.deployment(name="Onboarder")
-class Onboarder:
-    def __init__(self, model: str, encoder_id: str, tracking_uri: str | None = None):
-        from ..core.secrets import redact_logs
-        from ..tracking.registry import bound_http_retries
-        redact_logs("jeirt", "ray.serve", "mlflow")
-        bound_http_retries()
-        self.service = OnboardingService(model, encoder_id, tracking_uri)
-
-    def reconfigure(self, user_config: dict) -> None:
-        self.service.alias = OnboarderConfig(**user_config).alias
-
-    async def onboard(self, request: dict, text_vectors: np.ndarray | None) -> dict:
-        return await self.service.onboard(OnboardRequest(**request), text_vectors)
 
 
 api = make_api()
@@ -150,6 +94,7 @@ class Router:
         self.explored: dict = {}  # (space label, "map" | "llms") -> the explorer's JSON for that version
         self.metrics = make_metrics()
         self.gateway = Gateway(self.metrics)  # one pooled HTTP client per replica
+        self.chat_flow = ChatFlow(self.live, self.gateway, self.metrics, self.access, self._route)
         self.conversations: Conversations | None = None
         self.live.watch()
 
@@ -234,68 +179,12 @@ class Router:
             ctl = ChatControl.from_request(body.model_dump(), {k: v for k, v in given.items() if v is not None}, names)
         except RequestError as e:
             raise HTTPException(e.status, str(e))
-        config = self.live.config
-        core = self.live.current()
+        timing = {"access": request.scope.get(ACCESS_SECONDS, 0.0)} if request is not None else {}
+        key = request.scope.get(KEY_SCOPE) if request is not None else None
         try:
-            reachable, candidates = reachable_candidates(core.names, core.index, config, ctl.candidates)
+            return await self.chat_flow.answer(body, ctl, self.conversations, key, timing)
         except RequestError as e:
             raise HTTPException(e.status, str(e))
-        sticky = self.conversations.get(ctl.conversation) if ctl.conversation and ctl.sticky else None
-        # a conversation with a key is routed by its first user message (the same LLM every turn, on
-        # any replica); without one, each turn by its last
-        text = body.first_user_text if ctl.conversation and ctl.sticky else body.last_user_text
-        timing = {"access": request.scope.get(ACCESS_SECONDS, 0.0)} if request is not None else {}
-        routed = await self._route([text], {"candidates": candidates, "policy": ctl.policy, "top_k": None,
-                                            "budget": ctl.max_cost, "min_p": ctl.min_p, "target_p": ctl.target_p,
-                                            "target_share": ctl.target_share, "budget_per_1k": ctl.budget_per_1k,
-                                            "ranking": max(16, 4 * config.gateway.max_tries)}, timing, route="chat")
-        routing, p_of = routing_of(routed["results"][0], routed["space"], sticky)
-        ranking = routing["ranking"]
-        if reachable is None:  # no upstreams configured: the decision only
-            return JSONResponse(decision_only(routing), headers=routing_headers(routing, ranking[0], []))
-        tries = [(llm, config.upstream(llm)) for llm in ranking]
-        payload, wants_usage = body.upstream_payload(), True
-        if body.stream:  # every stream is asked for its usage, so that budgets see what it cost
-            payload, wants_usage = ask_for_usage(payload)
-        try:
-            answer = await self.gateway.complete(payload, tries, config.gateway, stream=bool(body.stream))
-        except AllFailed as e:
-            return error(502, str(e)[:1000], headers=routing_headers(routing, None, e.tried))
-        if ctl.conversation:
-            self.conversations.put(ctl.conversation, answer.llm)
-        routing |= {"answered_by": answer.llm, "tried": answer.tried}
-        out_headers = routing_headers(routing, answer.llm, answer.tried, p_of.get(answer.llm))
-        timing["upstream"] = answer.first_byte_s  # to its first byte, or its whole answer when not streamed
-        out_headers["Server-Timing"] = server_timing(timing)
-        key = request.scope.get(KEY_SCOPE) if request is not None else None
-
-        async def spend(usage) -> float | None:
-            """Count an answer's cost (its usage x prices, else the cost per call) for the metric and its key."""
-            cost = answer_cost(core, answer.llm, usage)
-            if cost is not None:
-                self.metrics.spent(answer.llm, cost)
-            await self.access.record(key, answer_tokens(usage), cost or 0.0)
-            return cost
-
-        async def streamed(meter) -> None:
-            """A stream's spend: the usage its upstream reported, else counted here (estimated)."""
-            usage = meter.usage
-            if usage is None:
-                usage = await asyncio.to_thread(estimated_usage, body.prompt_text, meter.answer_text())
-                self.metrics.usage_estimated(answer.llm)
-            await spend(usage)
-
-        if answer.rest is not None:  # the stream's usage comes at its end
-            return StreamingResponse(relay(answer, config.gateway.stream_max_s, streamed, strip_usage=not wants_usage),
-                                     media_type=answer.media_type, headers=out_headers)
-        cost = await spend(answer.body.get("usage")) if answer.body is not None else None
-        if cost is not None:
-            out_headers["x-jeirt-cost"] = f"{cost:.8g}"
-            routing["cost"] = cost
-        if answer.body is None:  # a 4xx passed through as the upstream sent it
-            return Response(answer.content, status_code=answer.status, media_type=answer.media_type,
-                            headers=out_headers)
-        return JSONResponse({**answer.body, "routing": routing}, headers=out_headers)
 
     @api.post("/v1/onboard", response_model=OnboardResponse, responses={
         **ERRORS, 503: {"model": ErrorBody, "description": "the registry cannot be reached, or another onboarding "
@@ -330,8 +219,8 @@ class Router:
         from ..model.adaptive import plan
         from ..routing.prices import question_costs_of
         core = self.live.current()
-        if body.budget_usd is not None and body.price_usd_per_mtok is None:
-            raise HTTPException(409, "budget_usd needs price_usd_per_mtok (the new LLM's prices) to cost questions")
+        if body.max_usd is not None and body.price_usd_per_mtok is None:
+            raise HTTPException(409, "max_usd needs price_usd_per_mtok (the new LLM's prices) to cost questions")
         answered: dict[str, float] = {}
         for i, a in enumerate(body.answered):  # 409, as the schema cannot say that ids are unique
             if a.question_id in answered:
@@ -342,7 +231,7 @@ class Router:
             costs = None if body.price_usd_per_mtok is None else \
                 question_costs_of(core.space, tuple(body.price_usd_per_mtok), core.question_tokens)
             return plan(core.space, body.model, answered, body.k, strategy=body.strategy, benchmarks=body.benchmarks,
-                        target_width=body.target_width, costs=costs, budget_usd=body.budget_usd)
+                        target_width=body.target_width, costs=costs, max_usd=body.max_usd)
         try:
             result = await asyncio.to_thread(planned)
         except KeyError as e:
@@ -357,7 +246,8 @@ class Router:
         prices = core.prices
         return {"object": "list", "space": core.label, "alias": self.live.config.alias,
                 "data": [{"id": n, "object": "model", "owned_by": "jeirt", "registry_version": self.live.version,
-                          "cost": None if core.costs is None else float(core.costs[i]),
+                          **dict.fromkeys(("usd_per_call", "cost"),
+                                          None if core.usd_per_call is None else float(core.usd_per_call[i])),
                           "input_usd_per_mtok": None if prices is None else float(prices.input_usd_per_mtok[i]),
                           "output_usd_per_mtok": None if prices is None else float(prices.output_usd_per_mtok[i])}
                          for i, n in enumerate(core.names)]}

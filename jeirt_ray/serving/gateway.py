@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from ..routing.router import Conflict, RequestError
+from .openai_http import AnswerTooLarge, bearer, chat_url, read_capped, retryable
 from .settings import GatewayConfig, Upstream
 
 log = logging.getLogger("jeirt.serve")
@@ -204,11 +205,11 @@ class Gateway:
             key = os.environ.get(up.api_key_env)
             if not key:
                 raise Retryable("no_api_key", f"environment variable {up.api_key_env} (its API key) is not set")
-            headers["authorization"] = f"Bearer {key}"
+            headers |= bearer(key)
         connect = up.connect_timeout_s or config.connect_timeout_s
         read = up.read_timeout_s or config.read_timeout_s
         request = self.client.build_request(
-            "POST", f"{up.url.rstrip('/')}/chat/completions", json={**payload, "model": up.model or llm},
+            "POST", chat_url(up.url), json={**payload, "model": up.model or llm},
             headers=headers, timeout=httpx.Timeout(connect=connect, read=read, write=read, pool=connect))
         start = time.perf_counter()
         try:
@@ -219,7 +220,7 @@ class Gateway:
             raise Retryable("connect", f"cannot reach the upstream ({type(e).__name__})") from None
         media = response.headers.get("content-type", "application/json").split(";")[0].strip()
         try:
-            if response.status_code >= 500 or response.status_code in (408, 429):  # down, overloaded, rate-limited
+            if retryable(response.status_code):  # down, overloaded, rate-limited
                 raise Retryable(f"http_{response.status_code}", f"answered {response.status_code}")
             if response.status_code >= 400:  # the client's own fault: the next LLM would refuse it too
                 return Answer(llm, status=response.status_code, media_type=media,
@@ -252,12 +253,10 @@ class Gateway:
 
 
 async def _read_capped(response, cap: int) -> bytes:
-    content = bytearray()
-    async for chunk in response.aiter_bytes():
-        content += chunk
-        if len(content) > cap:
-            raise Retryable("too_large", f"answered more than {cap} bytes")
-    return bytes(content)
+    try:
+        return await read_capped(response, cap)
+    except AnswerTooLarge as e:
+        raise Retryable("too_large", str(e)) from None
 
 
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
@@ -437,7 +436,7 @@ def decision_only(routing: dict) -> dict:
 
 def answer_cost(core, llm: str, usage) -> float | None:
     """USD of an upstream's answer: its `usage` (prompt_tokens, completion_tokens) x the router's
-    prices for `llm`; else the LLM's cost per call (user_config.costs); None without either."""
+    prices for `llm`; else the LLM's USD per call (user_config.usd_per_call); None without either."""
     if llm not in core.index:
         return None
     i = core.index[llm]
@@ -445,8 +444,8 @@ def answer_cost(core, llm: str, usage) -> float | None:
     if prices is not None and isinstance(usage, dict):
         tokens_in, tokens_out = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
         return (tokens_in * prices.input_usd_per_mtok[i] + tokens_out * prices.output_usd_per_mtok[i]) / 1e6
-    costs = getattr(core, "costs", None)
-    return None if costs is None else float(costs[i])
+    per_call = getattr(core, "usd_per_call", None)
+    return None if per_call is None else float(per_call[i])
 
 
 def answer_tokens(usage) -> int:

@@ -9,32 +9,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from functools import cached_property
 
 from ..core.secrets import redact
 from ..model.space import CoreSpace
+from ..routing.prices import resolve_prices
 from ..routing.router import SpaceRouter
 from .settings import RouterConfig
 
 log = logging.getLogger("jeirt.serve")
 STARTUP_WAIT_S = 300.0  # how long a starting replica waits for an unreachable registry
-
-
-class RouterCore(SpaceRouter):
-    """routing.router.Router over the served space, labelled `<model>/<version>`."""
-
-    def __init__(self, space: CoreSpace, label: str, costs: dict[str, float] | None = None,
-                 default_policy: str = "tuned", prices=None):
-        from ..routing.prices import resolve_prices
-        super().__init__(space, costs, default_policy,
-                         prices=None if prices is None else resolve_prices(space.model_names, prices))
-        self.label = label
-
-    @cached_property
-    def question_tokens(self):
-        """Input tokens of the space's questions, for pricing onboarding's plans (counted once)."""
-        from ..routing.prices import question_input_tokens
-        return question_input_tokens(self.space)
 
 
 class RegistryUnreachable(LookupError):
@@ -84,7 +67,7 @@ class LiveSpace:
         self.model = model
         self.config = RouterConfig()
         self.source = SpaceSource(tracking_uri, encoder_id)
-        self.core: RouterCore | None = None
+        self.core: SpaceRouter | None = None
         self.version: str | None = None
         self.registry_error: str | None = None  # why the alias's version is not the one serving, if so
         self.registry_reachable = True
@@ -111,7 +94,7 @@ class LiveSpace:
         self.stopped.set()
 
     def configure(self, config: RouterConfig) -> None:
-        """Apply new live settings (alias, costs, default policy, upstreams). A setting that
+        """Apply new live settings (alias, usd_per_call, default policy, upstreams). A setting that
         cannot be applied leaves the current state serving and is logged."""
         old = self.config
         self.config = config
@@ -174,8 +157,10 @@ class LiveSpace:
 
     def _serve(self, version: str, space: CoreSpace) -> None:
         """Route with `space` (registered `version`) and the current settings (under the lock)."""
-        self.core = RouterCore(space, f"{self.model}/{version}", self.config.costs, self.config.default_policy,
-                               self.config.price_table())
+        table = self.config.price_table()
+        self.core = SpaceRouter(space, self.config.usd_per_call, self.config.default_policy,
+                                prices=None if table is None else resolve_prices(space.model_names, table),
+                                label=f"{self.model}/{version}")
         self.version = version
 
     def refresh(self) -> None:
@@ -189,7 +174,7 @@ class LiveSpace:
             self.registry_error = redact(f"{type(e).__name__}: {e}".splitlines()[0])[:300]
             self.registry_reachable = not isinstance(e, RegistryUnreachable)
 
-    def current(self) -> RouterCore:
+    def current(self) -> SpaceRouter:
         """The serving router. Loaded on demand only when a request arrives before Serve's first
         reconfigure (its local testing mode allows that); the lock waits for a load in progress."""
         if self.core is None:

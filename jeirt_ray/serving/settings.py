@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..core.renamed import renamed_fields
 from ..encoders import DEFAULT_ENCODER
 from ..routing.decisions import PolicyName
 
@@ -80,7 +81,9 @@ class RouterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     alias: str = Field("champion", min_length=1, description="the registry alias served")
     default_policy: PolicyName = "tuned"
-    costs: dict[str, float] | None = Field(None, description="{LLM: price per call}; enables the cost policies")
+    usd_per_call: dict[str, float] | None = Field(None, description="{LLM: USD per call, whatever the query} "
+                                                  "(old name: costs); enables the cost policies; key budgets charge "
+                                                  "it as USD")
     prices: str | dict[str, PriceRow] | None = Field(
         None, description="a price table file (CSV, YAML or JSON, USD per million tokens) or {LLM: {input_usd_per_mtok, "
                           "output_usd_per_mtok}}; default: the prices stored with the space. Enables the cost "
@@ -89,6 +92,11 @@ class RouterConfig(BaseModel):
     upstreams: dict[str, str | Upstream] | None = Field(
         None, description="{LLM: OpenAI-compatible base URL, or an Upstream} for /v1/chat/completions")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data):
+        return renamed_fields(data, {"costs": "usd_per_call"}, "the Router's user_config")
 
     def price_table(self):
         """The configured prices as a routing.prices.PriceTable (None: the space's own)."""

@@ -6,6 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
+from ...core.renamed import renamed_fields
+from ...model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_TARGET_WIDTH
 from .common import MAX_RESPONSES, Query, _a_number, exactly_one_of
 
 
@@ -77,18 +79,24 @@ class PlanRequest(BaseModel):
     model: str = Field(min_length=1, max_length=200, description="the new LLM's name")
     answered: list[Answered] = Field([], max_length=MAX_RESPONSES, description="its graded answers so far "
                                      "(question ids of the served space)")
-    k: int = Field(10, ge=0, le=1000, description="how many questions to plan")
+    k: int = Field(DEFAULT_BATCH, ge=0, le=1000, description="how many questions to plan")
     strategy: Literal["adaptive", "random"] = "adaptive"
     benchmarks: list[str] | None = Field(None, min_length=1, max_length=1000,
                                          description="ask and predict only within these benchmarks")
-    target_width: float = Field(0.04, gt=0, le=1, description="stop once the vector's part of the 90% interval "
+    target_width: float = Field(DEFAULT_TARGET_WIDTH, ge=0, le=1, description="stop once the vector's part of the 90% interval "
                                                               "of the predicted accuracy is narrower")
     price_usd_per_mtok: Prices = Field(None, min_length=2, max_length=2, description="the new LLM's USD per "
                                        "million input and output tokens: questions are then chosen per dollar, "
                                        "with their estimated cost")
-    budget_usd: float | None = Field(None, ge=0, description="with price_usd_per_mtok: plan at most this much")
+    max_usd: float | None = Field(None, ge=0, description="with price_usd_per_mtok: plan at most this much "
+                                  "(old name: budget_usd)")
 
-    _numbers = field_validator("k", "target_width", "budget_usd", mode="before")(_a_number)
+    _numbers = field_validator("k", "target_width", "max_usd", mode="before")(_a_number)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data):
+        return renamed_fields(data, {"budget_usd": "max_usd"}, "POST /v1/onboard/plan")
 
     _prices = field_validator("price_usd_per_mtok", mode="before")(_price_numbers)
 

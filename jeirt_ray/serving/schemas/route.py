@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...routing.decisions import DEFAULT_TOP_K, RouteDecision
+from ...core.renamed import renamed_fields
 from .common import BLANK, MAX_QUERIES, Policy, Query, _a_number, exactly_one_of
 
 
@@ -15,9 +16,9 @@ class RouteRequest(BaseModel):
     (expected utility: maximise p - cost_weight * cost, cost in USD), `cheapest_within_margin`
     (the cheapest LLM whose p is within `margin` of the best), `quality_target` (the cheapest LLM
     whose p reaches `target_p`, or `target_share` of the best p), `budget` (expected utility
-    with the weight that spends `budget_per_1k` USD per 1,000 queries on average); `budget` drops
-    LLMs costing more per call. Costs are USD per query: input tokens x input price + expected
-    answer tokens x output price."""
+    with the weight that spends `budget_per_1k` USD per 1,000 queries on average); `max_cost`
+    drops LLMs costing more USD per call (old name: `budget`). Costs are USD per query: input
+    tokens x input price + expected answer tokens x output price."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one_of("query", "string", "queries", "array"))
     query: Query | None = None
@@ -27,7 +28,7 @@ class RouteRequest(BaseModel):
     policy: Policy | None = None
     cost_weight: float = Field(0.0, ge=0)
     margin: float = Field(0.02, ge=0, le=1)
-    budget: float | None = Field(None, ge=0, description="drop LLMs costing more per call")
+    max_cost: float | None = Field(None, ge=0, description="drop LLMs costing more USD per call (old name: budget)")
     min_p: float | None = Field(None, ge=0, le=1, description="allow only LLMs whose p reaches this")
     target_p: float | None = Field(None, ge=0, le=1, description="quality_target: the cheapest LLM whose p "
                                                                  "reaches this")
@@ -36,8 +37,13 @@ class RouteRequest(BaseModel):
     budget_per_1k: float | None = Field(None, gt=0, description="budget: USD per 1,000 queries to spend on "
                                                                 "average")
 
-    _numbers = field_validator("top_k", "cost_weight", "margin", "budget", "min_p", "target_p", "target_share",
+    _numbers = field_validator("top_k", "cost_weight", "margin", "max_cost", "min_p", "target_p", "target_share",
                                "budget_per_1k", mode="before")(_a_number)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data):
+        return renamed_fields(data, {"budget": "max_cost"}, "POST /v1/route")
 
     @model_validator(mode="after")
     def one_of_query_queries(self):
@@ -51,7 +57,7 @@ class RouteRequest(BaseModel):
 
     def options(self) -> dict:
         """The routing options, as `routing.router.SpaceRouter.route` takes them."""
-        return self.model_dump(include={"policy", "candidates", "top_k", "cost_weight", "margin", "budget", "min_p",
+        return self.model_dump(include={"policy", "candidates", "top_k", "cost_weight", "margin", "max_cost", "min_p",
                                         "target_p", "target_share", "budget_per_1k"})
 
 

@@ -12,7 +12,8 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     owned_by: str
     registry_version: str
-    cost: float | None = Field(description="price per call, where user_config.costs sets one")
+    usd_per_call: float | None = Field(description="USD per call, where user_config.usd_per_call sets one")
+    cost: float | None = Field(description="deprecated: the same as usd_per_call", deprecated=True)
     input_usd_per_mtok: float | None = Field(None, description="USD per million input tokens, where prices are set")
     output_usd_per_mtok: float | None = Field(None, description="USD per million output tokens, where prices are set")
 

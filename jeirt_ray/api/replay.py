@@ -1,6 +1,7 @@
-"""A loopback OpenAI-compatible chat endpoint that replays LLMs' recorded answers.
+"""A loopback OpenAI-compatible chat endpoint that replays LLMs' recorded answers: `jeirt replay`.
 
-For testing onboarding from an endpoint against real answers: `ReplayServer(folder)` reads a
+To try onboarding from an endpoint on real answers without running the LLM (and to test and
+benchmark it): `ReplayServer(folder)` reads a
 dataset folder's `questions.*` and `outputs/<model>.jsonl.gz` (one `{"question_id", "output"}` a
 line: mmlu_pro's four recorded LLMs) and answers `POST /v1/chat/completions` for any of those
 models with the recorded output of the question whose text ends the user message (the prompt
@@ -49,6 +50,8 @@ class ReplayServer:
             if missing:
                 raise FileNotFoundError(f"{folder / 'outputs'}: no recorded outputs of {missing}")
             files = [f for f, n in zip(files, names) if n in models]
+        if not files:
+            raise FileNotFoundError(f"{folder / 'outputs'}: no recorded outputs (<model>.jsonl.gz) to replay")
         self.outputs = {f.name[: -len(".jsonl.gz")]: read_outputs(f) for f in files}
         self.api_key, self.delay_s, self.mangle = api_key, 0.0, set()
         self.faults: deque[int] = deque()
