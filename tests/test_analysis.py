@@ -99,7 +99,8 @@ def test_report_on_synthetic_data(tmp_path, synthetic):
     cost = res["routing"]["cost"]
     # the router's own curve (single LLMs left out) reaches above the best single LLM's accuracy
     assert max(p["accuracy"] for p in cost["curve"]) > max(p["accuracy"] for p in cost["single_llms"])
-    assert 0 <= cost["cpt"]["cpt_50"] <= cost["cpt"]["cpt_80"] <= 1
+    assert cost["unit"] == "per call, in the unit of the --costs table"
+    assert cost["cpt"]["cpt_50"] < 0.5  # the router reaches half the gap with fewer strong calls than a blind one
     assert res["onboarding"]["mean"]["random"]["1"] > res["onboarding"]["mean"]["random"]["0.01"] - 0.02
 
 
@@ -126,12 +127,49 @@ def test_response_curve_scores_adaptive_and_random_onboarding_with_intervals(syn
             few, many = r[how]["5"], r[how]["40"]
             assert 0 < many["interval_width"] < few["interval_width"] < 100
             assert many["accuracy_error"] < few["accuracy_error"] + 5  # more answers, no worse an estimate
-    # the summary's coverage is the units' (not a range check: the 90% claim itself is measured on
-    # real data by benchmarks/onboarding.py; on this small synthetic space one of the two LLMs is
-    # missed at both N, its error 13-17 points against a half-width of 9)
-    covers = [r[how][n]["interval_covers"] for r in rows for how in ("adaptive", "random") for n in ("5", "40")]
-    assert set(covers) <= {0.0, 1.0}
+    # the summary's coverage is the units' (the 90% claim itself is checked on real data below; on
+    # this small synthetic space one of the two LLMs is missed at both N, its error 13-17 points
+    # against a half-width of 9)
     curve = summarise_curve([{**r, "split_seed": 0} for r in rows], (5, 40))
     assert curve["40"]["adaptive"]["units"] == 2
     assert curve["40"]["adaptive"]["interval_coverage"] == np.mean([r["adaptive"]["40"]["interval_covers"] for r in rows])
     assert curve["40"]["random"]["interval_width"] < curve["5"]["random"]["interval_width"]
+
+
+def test_the_90_percent_intervals_hold_held_out_real_llms_accuracy():
+    """The intervals' coverage claim (87% of held-out LLMs, docs/guide/onboarding.md) checked on
+    real labels: mmlu_pro's first 3,000 questions (hashing encoder), 10 of its 31 LLMs held out of
+    training, each fitted from 50 and from 200 answers asked adaptively and at random (random:
+    averaged over orders). The interval must hold the LLM's test accuracy in at least 30 of those
+    40 fits: at a true coverage of 87%, fewer happens with probability about 1%; at 60% (intervals
+    far too narrow), 30 or more with about 2% (binomial, as if the fits were independent). Measured
+    here: 34 of 40; without the space's own error in the intervals, about 31."""
+    import dataclasses
+
+    from jeirt_ray.analysis.onboarding_curve import response_curve
+    from jeirt_ray.data import load_data
+    from jeirt_ray.data.splits import split_by_question
+    from jeirt_ray.encoders import HashingEncoder
+    from jeirt_ray.experiments.methods import train_space
+    from jeirt_ray.experiments.prepare import prepare
+    from jeirt_ray.model.train import TrainConfig
+
+    from .conftest import shared_dataset
+    full = load_data(shared_dataset("mmlu_pro"))
+    n = 3000
+    keep = full.q_idx < n
+    data = dataclasses.replace(full, question_ids=full.question_ids[:n], benchmarks=full.benchmarks[:n],
+                               texts=full.texts[:n], q_idx=full.q_idx[keep], m_idx=full.m_idx[keep],
+                               labels=full.labels[keep])
+    held = np.random.default_rng(0).choice(data.models, size=10, replace=False).tolist()
+    split = split_by_question(data, 0)
+    prep = prepare(data, HashingEncoder(384), split=split, progress=False)
+    config = TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=20)
+    joint = train_space(prep, config, members=1, progress=False)
+    split.heldout_models = held
+    blind = train_space(dataclasses.replace(prep, split=split), config, members=1, progress=False)
+    rows = response_curve(prep, joint, blind, held, (50, 200))
+    covers = [r[how][k]["interval_covers"] for r in rows for how in ("adaptive", "random") for k in ("50", "200")]
+    print(f"\n[coverage] mmlu_pro, 10 held-out LLMs x 2 strategies x 50 and 200 answers: {np.sum(covers):.1f} of "
+          f"{len(covers)} intervals hold the test accuracy")
+    assert len(covers) == 40 and np.sum(covers) >= 30, covers
