@@ -70,7 +70,7 @@ class CoreSpace:
         mod = self.members[member]
         if not isinstance(mod, JEIRT):
             raise TypeError("question vectors exist for JE-IRT spaces only")
-        return mod.eval().question_vectors(torch.as_tensor(np.asarray(x), dtype=torch.float32)).numpy()
+        return _evaluating(mod).question_vectors(torch.as_tensor(np.asarray(x), dtype=torch.float32)).numpy()
 
     def model_vectors(self, member: int = 0) -> np.ndarray:
         return self.members[member].models.weight.detach().numpy().copy()
