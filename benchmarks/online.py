@@ -47,7 +47,11 @@ def costs_of(space, prep, prices_path):
     print(prices.summary(), flush=True)
     router = SpaceRouter(space, prices=prices)
     texts = prep.data.texts
-    return lambda rows: router.cost_matrix(prep.X[rows], [texts[i] for i in rows])
+
+    def cost_of(rows):
+        return router.cost_matrix(prep.X[rows], [texts[i] for i in rows])
+    cost_of.router = router  # for the budget's open-loop weight
+    return cost_of
 
 
 def timing(space, prep, rows) -> dict:
@@ -101,7 +105,11 @@ def main():
     ap.add_argument("--max-steps", type=int, default=None, help="at most this many stream queries")
     ap.add_argument("--full-share", type=float, default=0.05, help="online_full: queries learned from every LLM")
     ap.add_argument("--epsilon", type=float, default=0.05, help="epsilon_greedy's share of random choices")
+    ap.add_argument("--budget-per-1k", type=float, default=None, help="with --prices: also run online_budget, "
+                    "paced to spend this many USD per 1,000 queries, and report its spend against it")
     args = ap.parse_args()
+    if args.budget_per_1k is not None and (not args.prices or args.budget_per_1k <= 0):
+        ap.error("--budget-per-1k needs --prices and a budget above 0")
     data = load_data(dataset_path(args.data, "mmlu_pro"))
     held, val_cat = sim.choose_categories(data, args.held_out, args.seed)
     print(f"held out: {held}; validation category: {val_cat}", flush=True)
@@ -122,6 +130,13 @@ def main():
         runs[m] = sim.run_method(sim.build(m, space, config, 0.0, args.seed, args.full_share, args.epsilon), test, x)
         print(f"{m}: unseen {np.mean(runs[m]['correct'][test.unseen]):.4f} seen "
               f"{np.mean(runs[m]['correct'][~test.unseen]):.4f}", flush=True)
+    if args.budget_per_1k is not None:  # the pacer starts from the router's open-loop calibration, as jr.Learner's
+        start = cost_of.router.budget_weight(args.budget_per_1k)
+        gain, gains = sim.choose_pacer_gain(space, val, prep.X[val.rows], config, args.budget_per_1k, start, args.seed)
+        print(f"pacer gain chosen on validation: {gain} ({gains})", flush=True)
+        runs["online_budget"] = sim.run_method(sim.build("online_budget", space, config, 0.0, args.seed,
+                                                         args.full_share, args.epsilon, args.budget_per_1k, start, gain),
+                                               test, x)
     runs |= sim.hindsight(test)
     result = {"data": data.name, "seed": args.seed, "encoder": args.encoder, "members": args.members,
               "prices": args.prices, "held_out": held, "validation_category": val_cat,
@@ -131,6 +146,15 @@ def main():
     result["adoption"] = sim.adoption(space, test, x, config, 0.0, args.seed)
     result["adoption_steps"] = result["adoption"]["adoption_steps"]
     result["timing"] = timing(space, prep, test.rows)
+    if args.budget_per_1k is not None:
+        paced = runs["online_budget"]["cost"]
+        late = paced[len(paced) // 2:]
+        result["budget"] = {"budget_per_1k": args.budget_per_1k, "pacer_gain": gain, "pacer_validation": gains,
+                            "spend_per_1k": float(paced.mean() * 1000),
+                            "spend_per_1k_last_half": float(late.mean() * 1000),
+                            "over_budget": float(paced.mean() * 1000 / args.budget_per_1k - 1),
+                            "over_budget_last_half": float(late.mean() * 1000 / args.budget_per_1k - 1)}
+        print(f"budget {args.budget_per_1k} USD/1k: spent {result['budget']}", flush=True)
     write_json(args.out, result, quiet=True)
     f = result["final"]
     for m in sim.METHODS:

@@ -91,10 +91,13 @@ def test_exploration_spend_is_capped_and_reported(world):
     assert ex.spend["exploration_usd"] <= 0.5 * len(x) / 1000 + costs.max()  # within one query of the cap
 
 
-def test_the_pacer_meets_a_budget_on_traffic_unlike_its_calibration():
-    """Two LLMs, the dearer one better: the pacer's weight finds the mix that spends the budget."""
+@pytest.mark.parametrize("start", [1e-3, 3.0, 300.0])
+def test_the_pacer_meets_a_budget_on_traffic_unlike_its_calibration(start):
+    """Two LLMs, the dearer one better: the pacer's weight finds the mix that spends the budget
+    (about 33 here), from a start 10,000 times too low (then the second half meets it) or 10 times
+    off either way (then the whole stream does)."""
     rng = np.random.default_rng(0)
-    pacer = Pacer(budget_per_1k=4.0, weight=1e-3)
+    pacer = Pacer(budget_per_1k=4.0, weight=start)
     spent = []
     for _ in range(6000):
         p = np.array([0.5, 0.8]) + rng.normal(0, 0.1, 2)
@@ -102,7 +105,7 @@ def test_the_pacer_meets_a_budget_on_traffic_unlike_its_calibration():
         choice = int(np.argmax(p - pacer.weight * cost))
         pacer.charge(cost[choice])
         spent.append(cost[choice])
-    rate = np.mean(spent[3000:]) * 1000
+    rate = np.mean(spent[3000:] if start < 1 else spent) * 1000
     assert abs(rate - 4.0) / 4.0 < 0.02, rate
 
 

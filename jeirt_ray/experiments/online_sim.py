@@ -12,6 +12,9 @@ count as unreachable), receives that LLM's label and is charged its price. Metho
     online_full     the same, and on a share `full_share` of the queries every reachable LLM is
                     asked and learned from (full feedback, charged)
     epsilon_greedy  the same learning, exploring uniformly at random on a share `epsilon`
+    online_budget   `online` with a pacer that moves the cost weight to spend `budget_per_1k` USD per
+                    1,000 queries (learning.Pacer, from the router's open-loop `budget_weight`; with
+                    prices, when a budget is given)
     linucb          a LinUCB contextual bandit per LLM on the same question directions, cold
     category_best   the best LLM of each category on the stream, in hindsight
     oracle          a correct LLM whenever one exists (the cheapest, with prices)
@@ -29,7 +32,7 @@ import time
 import numpy as np
 
 from ..data.splits import Split, assign_parts
-from ..learning.explore import DEFAULTS, Explorer
+from ..learning.explore import DEFAULTS, Explorer, Pacer
 from ..learning.online import OnlineState, Outcomes
 from ..model.onboarding import directions
 from ..model.space import CoreSpace
@@ -194,7 +197,8 @@ def hindsight(stream: Stream) -> dict[str, dict]:
 
 
 def build(method: str, space: CoreSpace, config: dict, weight: float, seed: int, full_share: float,
-          epsilon: float) -> object:
+          epsilon: float, budget_per_1k: float | None = None, start_weight: float = 1.0,
+          pacer_gain: float = 4.0) -> object:
     state = OnlineState(space, config["prior_var"], config["evidence"], config["residual_var"])
     if method == "static":
         return Static(state, weight)
@@ -207,6 +211,9 @@ def build(method: str, space: CoreSpace, config: dict, weight: float, seed: int,
         return Online(state, explorer, full_share=full_share, seed=seed)
     if method == "epsilon_greedy":
         return Online(state, explorer, seed=seed, epsilon=epsilon)
+    if method == "online_budget":
+        explorer.pacer = Pacer(budget_per_1k, weight=start_weight, gain=pacer_gain)
+        return Online(state, explorer, seed=seed)
     raise ValueError(f"unknown method {method!r}")
 
 
@@ -231,6 +238,20 @@ def choose_config(space: CoreSpace, stream: Stream, x: np.ndarray, weight: float
     # little) go to the library's defaults, then to the first in the grid
     best = max(tried, key=lambda t: (round(t["score"], 3), all(t[k] == DEFAULTS[k] for k in GRID)))
     return {k: best[k] for k in GRID}, tried
+
+
+PACER_GAINS = (0.5, 1.0, 2.0, 4.0)
+
+
+def choose_pacer_gain(space: CoreSpace, stream: Stream, x: np.ndarray, config: dict, budget_per_1k: float,
+                      start_weight: float, seed: int) -> tuple[float, list[dict]]:
+    """The pacer's gain whose total spend on the validation stream comes nearest the budget."""
+    tried = []
+    for gain in PACER_GAINS:
+        run = run_method(build("online_budget", space, config, 0.0, seed, 0.0, 0.0, budget_per_1k, start_weight,
+                               gain), stream, x)
+        tried.append({"gain": gain, "over_budget": float(run["cost"].mean() * 1000 / budget_per_1k - 1)})
+    return min(tried, key=lambda t: abs(t["over_budget"]))["gain"], tried
 
 
 def adoption(space: CoreSpace, stream: Stream, x: np.ndarray, config: dict, weight: float, seed: int) -> dict:
