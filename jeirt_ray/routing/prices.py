@@ -27,7 +27,7 @@ import logging
 import re
 import warnings
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -313,17 +313,22 @@ class OutputLengths:
         out = np.tile(np.where(unrecorded, overall, own), (n, 1))
         if bench_idx is not None and self.per_benchmark.size:
             rows = np.flatnonzero(np.asarray(bench_idx) >= 0)
+            bench = np.asarray(bench_idx)[rows]
             per_bench = np.full((len(rows), m), np.nan)
-            per_bench[:, :min(m, known)] = self.per_benchmark[np.asarray(bench_idx)[rows]][:, :m]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # a benchmark that no LLM has a record for
-                population = np.nanmean(self.per_benchmark[np.asarray(bench_idx)[rows]], axis=1)
-            fill = out[rows]
-            fill = np.where(np.isnan(per_bench), fill, per_bench)
+            per_bench[:, :min(m, known)] = self.per_benchmark[bench][:, :m]
+            fill = np.where(np.isnan(per_bench), out[rows], per_bench)
+            population = self._population[bench]
             known_pop = np.isfinite(population)
             fill[np.ix_(known_pop, unrecorded)] = population[known_pop, None]
             out[rows] = fill
         return out
+
+    @cached_property
+    def _population(self) -> np.ndarray:
+        """(B,) the recorded LLMs' mean answer tokens per benchmark (NaN where none is recorded)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a benchmark that no LLM has a record for
+            return np.nanmean(self.per_benchmark, axis=1) if self.per_benchmark.size else np.zeros(0)
 
     def with_llm(self, index: int, n_models: int, per_benchmark: dict[str, float]) -> "OutputLengths":
         """A copy with LLM `index`'s mean answer tokens per benchmark (their mean as its own), for
