@@ -36,18 +36,20 @@ def world(tmp_path_factory, synthetic):
     names = space.model_names
     server_of = {n: f"{'u' if i < 6 else 'v' if i < 11 else 'w'}{i % 3}" for i, n in enumerate(names)}
     costs = {n: float(i + 1) for i, n in enumerate(names)}
+    decisions = tmp_path_factory.mktemp("decisions")
 
     def edit(app):
         router = next(d for d in app["deployments"] if d["name"] == "Router")
         router["user_config"].update(upstreams={n: ups.urls[s] for n, s in server_of.items()}, usd_per_call=costs,
-                                     gateway={"max_tries": 3, "read_timeout_s": 10, "cooldown_s": 30})
+                                     gateway={"max_tries": 3, "read_timeout_s": 10, "cooldown_s": 30},
+                                     decisions={"path": str(decisions), "log_answers": "text", "flush_s": 0.3})
     metrics_port = free_port()
     try:
         with serving(space, NAME, tmp_path_factory.mktemp("gateway"), edit=edit, cpus=0.5, encoder="hashing",
                      ray_init={"_metrics_export_port": metrics_port}) as url:
             yield {"url": url, "ups": ups, "names": names, "server_of": server_of, "prep": prep, "costs": costs,
                    "metrics": f"http://127.0.0.1:{metrics_port}/metrics", "healthy": names[:6],
-                   "faulty": names[6:11], "load": names[11:]}
+                   "faulty": names[6:11], "load": names[11:], "decisions": decisions}
     finally:
         ups.stop()
 
@@ -72,6 +74,38 @@ def test_sdk_gets_the_upstreams_answer_with_headers(world):
     assert raw.headers["x-jeirt-space"] == f"{NAME}/1" and raw.headers["x-jeirt-fallbacks"] == ""
     routing = raw.http_response.json()["routing"]
     assert routing["answered_by"] == llm and routing["ranking"][0] == llm
+
+
+def _logged(world, decision_id, timeout_s=10.0):
+    """The decision's rows once a replica has written them."""
+    from jeirt_ray.feedback.log import filesystem, find
+    fs, root = filesystem(str(world["decisions"]))
+    deadline = time.monotonic() + timeout_s
+    while not (rows := find(fs, root, decision_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return rows
+
+
+def test_every_answer_is_logged_with_who_answered_what_it_cost_and_its_id(world):
+    """Whole and streamed answers: the id in the header (and the JSON body's `id`), the log's row
+    with the LLM that answered, its tokens, cost and the answer (log_answers: text), no query text."""
+    messages = [{"role": "user", "content": question(world, 3)}]
+    raw = client(world).chat.completions.with_raw_response.create(
+        model="auto", messages=messages, extra_body={"candidates": world["healthy"]})
+    whole_id = raw.headers["x-jeirt-request-id"]
+    assert raw.parse().id == whole_id
+    with client(world).chat.completions.with_streaming_response.create(
+            model="auto", messages=messages, stream=True, extra_body={"candidates": world["healthy"]}) as response:
+        stream_id = response.headers["x-jeirt-request-id"]
+        text = "".join(c.choices[0].delta.content or "" for c in response.parse() if c.choices)
+    assert stream_id != whole_id
+    for decision_id in (whole_id, stream_id):
+        [row] = _logged(world, decision_id)
+        llm = row["answered_by"]
+        assert row["route"] == "chat" and row["status"] == 200 and llm in world["healthy"]
+        assert row["chosen"] == llm and row["tried"] == [] and set(row["candidates"]) == set(world["healthy"])
+        assert row["cost_usd"] == world["costs"][llm] and row["completion_tokens"] > 0
+        assert row["answer"] == text and row["query"] is None and len(row["embedding"]) == 384
 
 
 def test_streaming_arrives_chunk_by_chunk_with_the_same_text(world):

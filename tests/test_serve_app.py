@@ -90,6 +90,10 @@ def service(registry, tmp_path_factory):
             d["num_replicas"] = 2
     router = next(d for d in app["deployments"] if d["name"] == "Router")
     router["user_config"]["refresh_s"] = 1
+    logs = tmp_path_factory.mktemp("decisions")
+    SERVED["decisions"], SERVED["feedback_url"] = logs / "log", f"sqlite:///{logs / 'feedback.db'}"
+    router["user_config"]["decisions"] = {"path": str(SERVED["decisions"]), "feedback_url": SERVED["feedback_url"],
+                                          "flush_s": 0.5}
     path = tmp_path_factory.mktemp("cfg") / "local.yaml"
     path.write_text(yaml.safe_dump(raw))
     with local_ray():
@@ -122,6 +126,49 @@ def test_http_route_models_health_and_chat(service, registry):
     assert chat.status_code == 200, chat.text
     assert chat.json()["model"] in served
     assert chat.json()["routing"]["chosen"] == chat.json()["model"]
+
+
+def test_decisions_are_logged_and_graded_once_per_source(service, registry):
+    """Each query of a routed batch is a row of the decision log (its encoder vector, never its
+    text); feedback on it, from whichever replica, is recorded once per source, with what learning
+    needs; unknown, future, expired-looking and conflicting feedback is a 4xx."""
+    import pyarrow.parquet as pq
+
+    from jeirt_ray.feedback import FeedbackStore, new_id
+    _, _, prep = registry
+    texts = [str(t) for t in prep.data.texts[5:7]]
+    r = httpx.post(f"{service}/v1/route", json={"queries": texts, "top_k": 1}, headers=ADMIN, timeout=30)
+    assert r.status_code == 200, r.text
+    decision_id, chosen = r.json()["id"], r.json()["results"][1]["chosen"]
+    assert r.headers["x-jeirt-request-id"] == decision_id and len(r.json()["results"][1]["scores"]) == 1
+
+    def feedback(**body):
+        return httpx.post(f"{service}/v1/feedback", json={"id": decision_id, "query_index": 1, **body}, headers=ADMIN,
+                          timeout=30)
+    # at once, on either replica (the other waits for the log's write: flush_s 0.5)
+    first, repeat = feedback(score=1.0), feedback(score=1.0)
+    assert first.status_code == 200 and first.json()["status"] == "recorded", first.text
+    assert repeat.status_code == 200 and repeat.json() == {"id": decision_id, "query_index": 1, "source": "user",
+                                                           "llm": chosen, "status": "unchanged"}
+    assert feedback(score=0.0).status_code == 409
+    assert feedback(score=0.0, source="judge").json()["status"] == "recorded"
+    assert feedback(score=1.0, source="key", llm="no-such-llm").status_code == 409
+    assert feedback(score=1.0, query_index=2).status_code == 404
+    for other, status in ((new_id(), 404), ("f" * 28, 404), (new_id(time.time() - 40 * 86400), 404), ("x1", 422)):
+        assert httpx.post(f"{service}/v1/feedback", json={"id": other, "score": 1}, headers=ADMIN,
+                          timeout=30).status_code == status, other
+
+    table = pq.read_table(SERVED["decisions"]).to_pandas()
+    rows = table[table["id"] == decision_id].sort_values("query_index")
+    assert list(rows["query_index"]) == [0, 1] and list(rows["route"]) == ["route", "route"]
+    assert rows["query"].isna().all() and all(len(e) == 384 for e in rows["embedding"])
+    assert rows.iloc[1]["chosen"] == chosen and len(rows.iloc[1]["candidates"]) == len(rows.iloc[1]["p_correct"]) > 1
+    graded = [g for g in FeedbackStore(SERVED["feedback_url"]).since() if g["id"] == decision_id]
+    assert sorted((g["source"], g["score"]) for g in graded) == [("judge", 0.0), ("user", 1.0)]
+    assert all(g["llm"] == chosen and len(g["embedding"]) == 384 for g in graded)
+    written = table.drop(columns=["embedding", "p_correct", "expected_cost"]).astype(str).to_string()  # Parquet is compressed
+    written += str(FeedbackStore(SERVED["feedback_url"]).since())
+    assert TOKEN not in written and texts[1][:40] not in written
 
 
 def test_jeirt_route_offers_every_setting_of_the_route(service, registry):

@@ -13,7 +13,7 @@ from rich.table import Table
 from ..core.secrets import redact
 from .output import console, expected_failures
 
-keys_app = typer.Typer(help="API keys of the service: scopes (route, chat, onboard, explore, admin), rate limits and "
+keys_app = typer.Typer(help="API keys of the service: scopes (route, chat, feedback, onboard, explore, admin), rate limits and "
                             "budgets. Stored hashed in JEIRT_KEYS_URL (default SQLite at $JEIRT_HOME/keys.db).",
                        no_args_is_help=True)
 DbOpt = typer.Option(None, "--db", help="the key store's SQLAlchemy URL (default: JEIRT_KEYS_URL, else SQLite at "
@@ -37,7 +37,7 @@ def _store(db: str | None):
 
 @keys_app.command("create")
 def keys_create(name: str = typer.Option(..., "--name", help="who or what uses the key"),
-                scopes: str = typer.Option(..., "--scopes", help="comma-separated: route, chat, onboard, explore, admin"),
+                scopes: str = typer.Option(..., "--scopes", help="comma-separated: route, chat, feedback, onboard, explore, admin"),
                 rpm: Optional[int] = typer.Option(None, "--rpm", help="requests per minute"),
                 tpm: Optional[int] = typer.Option(None, "--tpm", help="tokens per minute (counted from the upstream's "
                                                                       "usage)"),

@@ -15,6 +15,7 @@ from ..core import logs
 from ..core.secrets import redact
 from ..routing.decisions import DEFAULT_TOP_K, POLICIES as POLICY_NAMES
 from .data import data_app, registry_app
+from .feedback import feedback
 from .keys import keys_app
 from .onboard import onboard_app
 from .output import console, expected_failures, results_table
@@ -25,6 +26,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(registry_app, name="registry")
 app.add_typer(keys_app, name="keys")
 app.add_typer(onboard_app, name="onboard")
+app.command("feedback")(feedback)
 
 DataOpt = typer.Option(None, "--data", help="dataset folder (long format, EmbedLLM CSVs, harness or HELM output); "
                                             "default: the embedded SYNTHETIC dataset")
@@ -242,7 +244,7 @@ def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. depl
               model: Optional[str] = typer.Option(None, help="override the registered model name (args.model)"),
               port: Optional[int] = typer.Option(None, help="override the HTTP port"),
               auth: Optional[str] = typer.Option(None, "--auth", help="required: every route needs an API key (`jeirt "
-                                                 "keys create`); open: route, chat and explore need none (loopback "
+                                                 "keys create`); open: route, chat, feedback and explore need none (loopback "
                                                  "only). Default: the config's args.auth")):
     """Start the routing and onboarding service described by a Serve config; Ctrl-C stops it."""
     from ..serving.deploy import serve_forever

@@ -10,7 +10,7 @@ the OpenAPI schema's security, so the schema says exactly what the service enfor
   admin bootstrap token, JEIRT_API_TOKEN) with the route's scope: 401 without a valid one, 403
   without the scope, 429 with Retry-After over a limit, 503 with Retry-After when the key store
   cannot be read.
-- `open` mode (deployments/local.yaml, loopback only): route, chat and explore need no key; a
+- `open` mode (deployments/local.yaml, loopback only): route, chat, feedback and explore need no key; a
   jeirt key (jrk_...) that is given is still checked and its limits still apply (anything else,
   such as an SDK's placeholder, counts as no key); onboarding still needs a key.
 
@@ -34,7 +34,7 @@ from .keys import ADMIN_TOKEN_KEY, PREFIX, Admission, Key, KeyStore, digest
 log = logging.getLogger("jeirt.serve")
 SCOPE_FIELD = "x-jeirt-scope"  # where a route declares its scope (FastAPI's openapi_extra)
 PUBLIC, ANY_KEY = "public", "any"  # no key needed; any valid key (e.g. /v1/keys/me)
-OPEN_SCOPES = {"route", "chat", "explore"}  # need no key in open mode
+OPEN_SCOPES = {"route", "chat", "feedback", "explore"}  # need no key in open mode
 KEY_SCOPE = "jeirt.key"  # where a request's verified key waits for its handler (the ASGI scope)
 ACCESS_SECONDS = "jeirt.access_s"  # and how long checking it took (for Server-Timing)
 SCHEME = "bearer"

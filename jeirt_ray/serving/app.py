@@ -1,9 +1,9 @@
 """The Serve application: the Router deployment (the FastAPI ingress: every HTTP handler) and
 `build_app`, which binds it to the replicas behind it (replicas.py).
 
-    Router    the HTTP API: /v1/route, /v1/chat/completions (its flow: chat.py), /v1/onboard,
-              /v1/models, /health and the web explorer, over a LiveSpace (live.py:
-              models:/<model>@<alias>, watched)
+    Router    the HTTP API: /v1/route, /v1/chat/completions (its flow: chat.py), /v1/feedback
+              (the decision log and feedback: recording.py), /v1/onboard, /v1/models, /health and
+              the web explorer, over a LiveSpace (live.py: models:/<model>@<alias>, watched)
     Encoder   the frozen text encoder (replicas.py)
     Onboarder an OnboardingService (onboarding.py) one request at a time (replicas.py)
 
@@ -40,11 +40,12 @@ from .keys import ADMIN_TOKEN_KEY, KeyStore
 from .live import LiveSpace, RegistryUnreachable
 from .metrics import make_metrics
 from .onboarding import OnboarderBusy
+from .recording import Recorder
 from .replicas import Encoder, Onboarder, ThreadedEncoder
-from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, HealthResponse, KeyResponse, LLMsResponse, MapResponse,
+from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, FeedbackRequest, FeedbackResponse, HealthResponse, KeyResponse, LLMsResponse, MapResponse,
                       ModelsResponse, OnboardRequest, OnboardResponse, PlanRequest, PlanResponse, RouteRequest,
                       RouteResponse)
-from .settings import AppArgs, RouterConfig
+from .settings import AppArgs, DecisionsConfig, RouterConfig
 
 STATIC = Path(__file__).with_name("static")
 
@@ -94,7 +95,9 @@ class Router:
         self.explored: dict = {}  # (space label, "map" | "llms") -> the explorer's JSON for that version
         self.metrics = make_metrics()
         self.gateway = Gateway(self.metrics)  # one pooled HTTP client per replica
-        self.chat_flow = ChatFlow(self.live, self.gateway, self.metrics, self.access, self._route)
+        self.recorder = Recorder(DecisionsConfig(), self.metrics, encoder_id)  # reconfigure: user_config.decisions
+        self.chat_flow = ChatFlow(self.live, self.gateway, self.metrics, self.access, self._route,
+                                  lambda: self.recorder)
         self.conversations: Conversations | None = None
         self.live.watch()
 
@@ -105,6 +108,8 @@ class Router:
             self.live.close()
         if getattr(self, "gateway", None) is not None:
             self.gateway.close_soon()
+        if getattr(self, "recorder", None) is not None:  # write what the decision log holds
+            self.recorder.close()
 
     def reconfigure(self, user_config: dict) -> None:
         """Serve's live settings (typed: settings.RouterConfig; an unknown key fails the update)."""
@@ -113,6 +118,9 @@ class Router:
         if self.conversations is None or (self.conversations.size, self.conversations.ttl_s) != (gw.sticky_max,
                                                                                                  gw.sticky_ttl_s):
             self.conversations = Conversations(gw.sticky_max, gw.sticky_ttl_s)
+        if self.recorder.config != self.live.config.decisions:
+            old, self.recorder = self.recorder, Recorder(self.live.config.decisions, self.metrics, self.recorder.encoder_id)
+            old.close()
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)
     async def _encode_inline(self, texts: list[str]) -> list[np.ndarray]:
@@ -124,32 +132,61 @@ class Router:
             return np.stack(await asyncio.gather(*(self._encode_inline(t) for t in texts)))
         return np.stack(await asyncio.gather(*(self.encoder.encode.remote(t) for t in texts)))
 
-    async def _route(self, texts: list[str], options: dict, timing: dict | None = None, route: str = "route") -> dict:
+    async def _route(self, texts: list[str], options: dict, timing: dict | None = None, route: str = "route",
+                     key=None) -> tuple[dict, list[dict]]:
+        """(a RouteResponse dict, its rows for the decision log)."""
         start = time.perf_counter()
         x = await self._encode(texts)
         encoded = time.perf_counter()
-        core = self.live.current()
+        core, version = self.live.current(), self.live.version
+        recorder = self.recorder
+        top_k = options.get("top_k")
+        if recorder.log is not None:  # the log keeps every allowed LLM's p; the answer lists top_k
+            options = {**options, "top_k": None}
         try:  # in a worker thread: a route's prediction and costing must not hold the event loop
             results = await asyncio.to_thread(core.route, x, texts=texts, **options)
         except RequestError as e:
             raise HTTPException(e.status, str(e))
+        decision_id = recorder.new_id()
+        rows = recorder.rows(decision_id, route, key, core, version, results, x, texts)
+        if top_k is not None:
+            for r in results:
+                r["scores"] = r["scores"][:top_k]
         done = time.perf_counter()
         self.metrics.routed(route, done - start)
         if timing is not None:
             timing.update(encode=encoded - start, route=done - encoded)
-        return RouteResponse(space=core.label, results=results).model_dump()
+        return RouteResponse(id=decision_id, space=core.label, results=results).model_dump(), rows
 
     # ---- HTTP ------------------------------------------------------------------------------------
     @api.post("/v1/route", response_model=RouteResponse, responses=ERRORS, **scoped("route"))
     async def route(self, body: RouteRequest, request: Request = None, response: Response = None) -> dict:
         """Route each query: the LLM its policy chooses, and every LLM's P(correct) (and expected
         cost, where prices are set)."""
+        start = time.perf_counter()
         timing = {"access": request.scope.get(ACCESS_SECONDS, 0.0)} if request is not None else {}
-        out = await self._route(body.texts, body.options(), timing)
+        key = request.scope.get(KEY_SCOPE) if request is not None else None
+        out, rows = await self._route(body.texts, body.options(), timing, key=key)
+        self.recorder.write(rows, status=200, latency_s=time.perf_counter() - start)
         if response is not None:  # None when called through a handle rather than HTTP
             # where the time went, for clients and load tests (the standard Server-Timing header)
             response.headers["Server-Timing"] = server_timing(timing)
+            response.headers["x-jeirt-request-id"] = out["id"]
         return out
+
+    @api.post("/v1/feedback", response_model=FeedbackResponse, responses={
+        **ERRORS, 404: {"model": ErrorBody, "description": "no such decision in the log (unknown, older than its "
+                                                             "retention, or not written yet)"},
+        409: {"model": ErrorBody, "description": "this source graded this decision before with another score, or "
+                                                 "the decision did not weigh the LLM named"}}, **scoped("feedback"))
+    async def feedback(self, body: FeedbackRequest, request: Request = None) -> dict:
+        """Grade a routed answer (its `x-jeirt-request-id`): 1 good, 0 bad, or between; recorded
+        once per decision and source (a repeat with the same score changes nothing)."""
+        key = request.scope.get(KEY_SCOPE) if request is not None else None
+        try:
+            return await self.recorder.grade(body, key)
+        except RequestError as e:
+            raise HTTPException(e.status, str(e))
 
     @api.post("/v1/chat/completions", response_model=None, responses=CHAT_RESPONSES, **scoped("chat"))
     # the headers are optional, but never null: their types say what a present header holds

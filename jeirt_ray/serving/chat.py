@@ -1,9 +1,11 @@
 """/v1/chat/completions once its request is read and its controls merged: route the
 conversation, call the upstreams in the policy's order (gateway.py), answer whole or streamed,
 and charge the calling key what the answer cost (its usage x prices; a stream's usage is asked of
-its upstream, else counted here and marked estimated; the record survives a client that leaves)."""
+its upstream, else counted here and marked estimated; the record survives a client that leaves).
+Its decision is logged once the answer is complete (recording.py)."""
 
 import asyncio
+import time
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -15,14 +17,17 @@ from .schemas import ChatRequest
 
 class ChatFlow:
     """One Router replica's chat: `live` (the served space and settings), `gateway` (the pooled
-    upstream client), `metrics`, `access` (charges keys), and `route`, the replica's own
-    encode-and-route coroutine (texts, options, timing, route=) -> a RouteResponse dict."""
+    upstream client), `metrics`, `access` (charges keys), `route`, the replica's own
+    encode-and-route coroutine (texts, options, timing, route=, key=) -> (a RouteResponse dict,
+    its decision log rows), and `recorder` (recording.Recorder, which logs them)."""
 
-    def __init__(self, live, gateway: Gateway, metrics, access, route):
+    def __init__(self, live, gateway: Gateway, metrics, access, route, recorder):
         self.live, self.gateway, self.metrics, self.access, self.route = live, gateway, metrics, access, route
+        self.recorder = recorder
 
     async def answer(self, body: ChatRequest, ctl: ChatControl, conversations: Conversations, key,
                      timing: dict) -> Response:
+        started = time.perf_counter()
         config = self.live.config
         core = self.live.current()
         reachable, candidates = reachable_candidates(core.names, core.index, config, ctl.candidates)
@@ -30,13 +35,26 @@ class ChatFlow:
         # a conversation with a key is routed by its first user message (the same LLM every turn, on
         # any replica); without one, each turn by its last
         text = body.first_user_text if ctl.conversation and ctl.sticky else body.last_user_text
-        routed = await self.route([text], {"candidates": candidates, "policy": ctl.policy, "top_k": None,
+        routed, rows = await self.route([text], {"candidates": candidates, "policy": ctl.policy, "top_k": None,
                                            "max_cost": ctl.max_cost, "min_p": ctl.min_p, "target_p": ctl.target_p,
                                            "target_share": ctl.target_share, "budget_per_1k": ctl.budget_per_1k,
-                                           "ranking": max(16, 4 * config.gateway.max_tries)}, timing, route="chat")
+                                           "ranking": max(16, 4 * config.gateway.max_tries)}, timing, route="chat",
+                                         key=key)
         routing, p_of = routing_of(routed["results"][0], routed["space"], sticky)
+        routing["id"] = routed["id"]
         ranking = routing["ranking"]
+        recorder = self.recorder()  # the one of this moment: settings may change while it streams
+
+        def record(status: int, answered_by=None, tried=(), usage=None, cost=None, answer=None) -> None:
+            usage = usage if isinstance(usage, dict) else {}
+            recorder.write(rows, chosen=routing["chosen"], status=status, answered_by=answered_by,
+                           tried=[t["model"] for t in tried], cost_usd=cost, answer=answer,
+                           prompt_tokens=_count(usage.get("prompt_tokens")),
+                           completion_tokens=_count(usage.get("completion_tokens")),
+                           latency_s=time.perf_counter() - started)
+
         if reachable is None:  # no upstreams configured: the decision only
+            record(200)
             return JSONResponse(decision_only(routing), headers=routing_headers(routing, ranking[0], []))
         tries = [(llm, config.upstream(llm)) for llm in ranking]
         payload, wants_usage = body.upstream_payload(), True
@@ -45,6 +63,7 @@ class ChatFlow:
         try:
             answer = await self.gateway.complete(payload, tries, config.gateway, stream=bool(body.stream))
         except AllFailed as e:
+            record(502, tried=e.tried)
             return error(502, str(e)[:1000], headers=routing_headers(routing, None, e.tried))
         if ctl.conversation:
             conversations.put(ctl.conversation, answer.llm)
@@ -53,11 +72,13 @@ class ChatFlow:
         timing["upstream"] = answer.first_byte_s  # to its first byte, or its whole answer when not streamed
         out_headers["Server-Timing"] = server_timing(timing)
 
-        async def spend(usage) -> float | None:
-            """Count an answer's cost (its usage x prices, else its USD per call) for the metric and its key."""
+        async def spend(usage, text=None) -> float | None:
+            """Count an answer's cost (its usage x prices, else its USD per call) for the metric and its
+            key, and log its decision."""
             cost = answer_cost(core, answer.llm, usage)
             if cost is not None:
                 self.metrics.spent(answer.llm, cost)
+            record(answer.status, answer.llm, answer.tried, usage, cost, text)
             await self.access.record(key, answer_tokens(usage), cost or 0.0)
             return cost
 
@@ -67,16 +88,31 @@ class ChatFlow:
             if usage is None:
                 usage = await asyncio.to_thread(estimated_usage, body.prompt_text, meter.answer_text())
                 self.metrics.usage_estimated(answer.llm)
-            await spend(usage)
+            await spend(usage, meter.answer_text())
 
         if answer.rest is not None:  # the stream's usage comes at its end
             return StreamingResponse(relay(answer, config.gateway.stream_max_s, streamed, strip_usage=not wants_usage),
                                      media_type=answer.media_type, headers=out_headers)
-        cost = await spend(answer.body.get("usage")) if answer.body is not None else None
+        if answer.body is None:  # a 4xx passed through: nothing to charge, the decision to log
+            record(answer.status, answer.llm, answer.tried)
+        cost = await spend(answer.body.get("usage"), _content(answer.body)) if answer.body is not None else None
         if cost is not None:
             out_headers["x-jeirt-cost"] = f"{cost:.8g}"
             routing["cost"] = cost
         if answer.body is None:  # a 4xx passed through as the upstream sent it
             return Response(answer.content, status_code=answer.status, media_type=answer.media_type,
                             headers=out_headers)
-        return JSONResponse({**answer.body, "routing": routing}, headers=out_headers)
+        routing["upstream_id"] = answer.body.get("id")
+        return JSONResponse({**answer.body, "id": routing["id"], "routing": routing}, headers=out_headers)
+
+
+def _count(value) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e12 else None
+
+
+def _content(body: dict) -> str | None:
+    try:
+        content = body["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return content if isinstance(content, str) else None

@@ -161,7 +161,7 @@ def serve_forever(path: str | Path, model: str | None = None, port: int | None =
     url = deploy(config, announce=announce)
     keyed = any((a.args or {}).get("auth", "required") == "required" for a in config.applications)
     access = ("every route but /health needs an API key (jeirt keys create --name me --scopes route,chat)"
-              if keyed else "open: route, chat and explore need no key (this machine only)")
+              if keyed else "open: route, chat, feedback and explore need no key (this machine only)")
     key = "JEIRT_API_KEY=<key> " if keyed else ""
     announce(f"serving on {url} (docs: {url}/docs; {access}). Try: {key}jeirt route \"What is 2 + 2?\" --url {url}\n"
              "Ctrl-C stops the service.")

@@ -414,7 +414,7 @@ def routing_of(decision: dict, space: str, sticky: str | None) -> tuple[dict, di
 def routing_headers(routing: dict, answered_by: str | None, tried: list[dict], p: float | None = None) -> dict:
     """Who answered and why, for clients that never see the body (streaming ones), and what the
     answer was expected to cost (USD, where prices are configured)."""
-    headers = {"x-jeirt-policy": routing["policy"], "x-jeirt-space": routing["space"],
+    headers = {"x-jeirt-request-id": routing["id"], "x-jeirt-policy": routing["policy"], "x-jeirt-space": routing["space"],
                "x-jeirt-fallbacks": ",".join(t["model"] for t in tried)}
     if routing.get("expected_cost") is not None:
         headers["x-jeirt-expected-cost"] = f"{routing['expected_cost']:.8g}"
@@ -426,7 +426,7 @@ def routing_headers(routing: dict, answered_by: str | None, tried: list[dict], p
 
 def decision_only(routing: dict) -> dict:
     """The chat answer where no upstream is configured: the routing decision alone."""
-    return {"id": f"route-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
+    return {"id": routing["id"], "object": "chat.completion", "created": int(time.time()),
             "model": routing["chosen"], "routing": routing,
             "choices": [{"index": 0, "finish_reason": "stop", "message": {
                 "role": "assistant",

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from ..core import paths
 from ..core.secrets import redact
 
-SCOPES = ("route", "chat", "onboard", "explore", "admin")
+SCOPES = ("route", "chat", "feedback", "onboard", "explore", "admin")
 KEYS_URL_ENV = "JEIRT_KEYS_URL"
 PREFIX = "jrk_"
 

@@ -26,6 +26,10 @@ class ServeMetrics:
                              "price table), by the LLM that answered", tag_keys=("llm",))
         self.estimated = Counter("jeirt_gateway_usage_estimated", "streamed answers whose upstream reported no "
                                  "usage, so the gateway counted their tokens itself", tag_keys=("llm",))
+        self.decisions = Counter("jeirt_decisions", "decision log rows by what became of them: logged (buffered), "
+                                 "dropped (the buffer was full while writes failed)", tag_keys=("outcome",))
+        self.feedback_in = Counter("jeirt_feedback", "POST /v1/feedback by source and outcome: recorded, unchanged "
+                                   "(a repeat), conflict, unknown (no such decision)", tag_keys=("source", "outcome"))
 
     def answered(self, llm: str) -> None:
         self.requests.inc(tags={"llm": llm})
@@ -48,6 +52,15 @@ class ServeMetrics:
     def usage_estimated(self, llm: str) -> None:
         self.estimated.inc(tags={"llm": llm})
 
+    def decided(self, logged: int, dropped: int) -> None:
+        if logged:
+            self.decisions.inc(logged, tags={"outcome": "logged"})
+        if dropped:
+            self.decisions.inc(dropped, tags={"outcome": "dropped"})
+
+    def feedback(self, source: str, outcome: str) -> None:
+        self.feedback_in.inc(tags={"source": source, "outcome": outcome})
+
 
 class NoMetrics:
     """The same interface, recording nothing (plain tests, Serve's local testing mode)."""
@@ -65,6 +78,10 @@ class NoMetrics:
     def spent(self, llm: str, usd: float) -> None: ...
 
     def usage_estimated(self, llm: str) -> None: ...
+
+    def decided(self, logged: int, dropped: int) -> None: ...
+
+    def feedback(self, source: str, outcome: str) -> None: ...
 
 
 def make_metrics():

@@ -27,7 +27,7 @@ class AppArgs(BaseModel):
     tracking_uri: str | None = Field(None, description="MLflow; default MLFLOW_TRACKING_URI or $JEIRT_HOME/mlflow.db")
     auth: Literal["open", "required"] = Field(
         "required", description="required: every route but /health and the docs needs an API key; open (loopback "
-                                "hosts only): route, chat and explore need none")
+                                "hosts only): route, chat, feedback and explore need none")
     keys_url: str | None = Field(None, description="the API keys' database (SQLAlchemy URL); default JEIRT_KEYS_URL "
                                                    "or SQLite at $JEIRT_HOME/keys.db")
 
@@ -75,6 +75,32 @@ class PriceRow(BaseModel):
     output_usd_per_mtok: float = Field(ge=0)
 
 
+class DecisionsConfig(BaseModel):
+    """The decision log (feedback/log.py) and where feedback on it is kept."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(True, description="log every routed query (an id per request either way)")
+    path: str | None = Field(None, description="a folder or a URI pyarrow reaches (s3://bucket/prefix); default "
+                                               "$JEIRT_HOME/decisions")
+    log_queries: Literal["none", "embedding", "text"] = Field(
+        "embedding", description="what of a query is kept: nothing, the encoder's vector (what learning needs), or "
+                                 "the vector and the text")
+    log_answers: Literal["none", "text"] = Field("none", description="keep the upstream's answer text")
+    flush_s: float = Field(1.0, gt=0, le=300, description="the buffer is written at least this often: a replica "
+                                                          "that dies loses at most this much of its log")
+    flush_rows: int = Field(1000, ge=1, le=1_000_000, description="and whenever it holds this many rows")
+    max_pending: int = Field(100_000, ge=1, description="rows buffered while writes fail; more are dropped and "
+                                                        "counted (jeirt_decisions_dropped)")
+    retention_days: float = Field(30.0, gt=0, description="older days are deleted; feedback on them is a 404")
+    feedback_url: str | None = Field(None, description="the feedback database (SQLAlchemy URL); default "
+                                                       "JEIRT_FEEDBACK_URL or SQLite at $JEIRT_HOME/feedback.db")
+
+    def log_settings(self):
+        from ..feedback.log import LogSettings
+        return LogSettings(self.path, self.log_queries, self.log_answers, self.flush_s, self.flush_rows,
+                           self.max_pending, self.retention_days)
+
+
 class RouterConfig(BaseModel):
     """The Router's `user_config`."""
 
@@ -92,6 +118,7 @@ class RouterConfig(BaseModel):
     upstreams: dict[str, str | Upstream] | None = Field(
         None, description="{LLM: OpenAI-compatible base URL, or an Upstream} for /v1/chat/completions")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    decisions: DecisionsConfig = Field(default_factory=DecisionsConfig)
 
     @model_validator(mode="before")
     @classmethod

@@ -90,6 +90,7 @@ class ChatResponse(BaseModel):
 
 
 ROUTING_HEADERS = {
+    "x-jeirt-request-id": "the decision's id, for POST /v1/feedback (also the body's `id`)",
     "x-jeirt-model": "the LLM that answered", "x-jeirt-p-correct": "its predicted P(correct)",
     "x-jeirt-policy": "the routing policy applied", "x-jeirt-space": "the space routed with (<model>/<version>)",
     "x-jeirt-fallbacks": "the LLMs whose upstream failed before it, comma-separated (empty: none)",

@@ -62,5 +62,7 @@ class RouteRequest(BaseModel):
 
 
 class RouteResponse(BaseModel):
+    id: str = Field(description="the request's decision id (also the x-jeirt-request-id header), for "
+                                "POST /v1/feedback; a batch's queries are its query_index 0..n-1")
     space: str
     results: list[RouteDecision]

@@ -1,0 +1,247 @@
+"""The decision log: one row per routed query, written off the request path as Parquet files
+partitioned by day, on local disk or any filesystem pyarrow reaches (s3://, gs://, ...), which
+Ray Data reads (`ray.data.read_parquet(root)`).
+
+    root/day=2026-12-03/<first ms>-<last ms>-<writer>-<seq>.parquet
+
+A request appends its rows to a buffer (a lock and a list append); a thread writes the buffer
+every `flush_s` seconds or `flush_rows` rows. So a writer that dies loses at most its unflushed
+buffer: at most `flush_s` seconds of decisions, at most `flush_rows` rows (`stats()` counts what
+is pending). A buffer that a failing filesystem lets grow past `max_pending` rows drops the newest
+and counts them, rather than taking the replica's memory. Files name the span of decision ids
+(milliseconds) they hold, so one id is found by reading the few files whose span holds it.
+
+An id is 28 hex digits: the decision's time in milliseconds (12) and 64 random bits, so ids sort
+by time and say how old they are (`id_time`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from ..core import paths
+
+log = logging.getLogger("jeirt.decisions")
+
+ID_PATTERN = r"^[0-9a-f]{28}$"
+QUERY_MODES = ("none", "embedding", "text")  # what of a query is kept: nothing, its encoder vector, both
+ANSWER_MODES = ("none", "text")
+DAY = re.compile(r"^day=(\d{4}-\d{2}-\d{2})$")
+FILE = re.compile(r"^(\d+)-(\d+)-[0-9a-f]+-\d+\.parquet$")
+
+SCHEMA = pa.schema([
+    ("id", pa.string()), ("query_index", pa.int32()), ("time", pa.timestamp("ms", tz="UTC")),
+    ("route", pa.string()),  # route (POST /v1/route) or chat (/v1/chat/completions)
+    ("key_id", pa.string()),  # the calling key's id, never the key
+    ("space", pa.string()), ("registry_version", pa.string()), ("policy", pa.string()),
+    ("candidates", pa.list_(pa.string())), ("p_correct", pa.list_(pa.float32())),
+    ("expected_cost", pa.list_(pa.float64())),  # USD per candidate; null without prices
+    ("chosen", pa.string()), ("propensity", pa.float32()),
+    ("answered_by", pa.string()), ("tried", pa.list_(pa.string())),  # chat: after fallbacks; null when none answered
+    ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("cost_usd", pa.float64()),
+    ("latency_s", pa.float32()), ("status", pa.int32()),
+    ("encoder", pa.string()), ("embedding", pa.list_(pa.float32())), ("query", pa.string()), ("answer", pa.string())])
+
+
+def new_id(now: float | None = None) -> str:
+    return f"{int((time.time() if now is None else now) * 1000):012x}{secrets.token_hex(8)}"
+
+
+def id_time(decision_id: str) -> float:
+    """The decision's time (seconds since the epoch) that its id carries."""
+    return int(decision_id[:12], 16) / 1000
+
+
+def _day(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def filesystem(root: str | None) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and path of a log root: a local folder (default $JEIRT_HOME/decisions) or
+    a URI pyarrow reaches (s3://bucket/prefix, gs://..., file:///...)."""
+    if root is None:
+        root = str(paths.home() / "decisions")
+    if "://" in root:
+        return pafs.FileSystem.from_uri(root)
+    from pathlib import Path
+    return pafs.LocalFileSystem(), str(Path(root).absolute())
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    root: str | None = None
+    log_queries: str = "embedding"
+    log_answers: str = "none"
+    flush_s: float = 1.0
+    flush_rows: int = 1000
+    max_pending: int = 100_000
+    retention_days: float = 30.0
+
+
+class DecisionLog:
+    """The writer of one process (a Router replica). `append(rows)` never blocks on I/O."""
+
+    def __init__(self, settings: LogSettings = LogSettings()):
+        if settings.log_queries not in QUERY_MODES or settings.log_answers not in ANSWER_MODES:
+            raise ValueError(f"log_queries must be one of {QUERY_MODES} and log_answers one of {ANSWER_MODES}")
+        self.settings = settings
+        self.fs, self.root = filesystem(settings.root)
+        self.writer = secrets.token_hex(4)
+        self._rows: list[dict] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
+        self._seq = 0
+        self._pruned = 0.0
+        self.counts = {"logged": 0, "written": 0, "dropped": 0, "failed_writes": 0}
+        self._thread = threading.Thread(target=self._run, name="jeirt-decision-log", daemon=True)
+        self._thread.start()
+
+    def append(self, rows: list[dict]) -> tuple[int, int]:
+        """Rows as SCHEMA's columns (missing ones null); the query text and the answer are kept
+        only as the settings allow, the embedding only unless log_queries is none. (rows
+        buffered, rows dropped because the buffer is full)."""
+        s = self.settings
+        for r in rows:
+            if s.log_queries != "text":
+                r.pop("query", None)
+            if s.log_queries == "none":
+                r.pop("embedding", None)
+            if s.log_answers == "none":
+                r.pop("answer", None)
+        with self._lock:
+            room = max(0, s.max_pending - len(self._rows))
+            self._rows.extend(rows[:room])
+            self.counts["logged"] += min(room, len(rows))
+            self.counts["dropped"] += len(rows) - min(room, len(rows))
+            full = len(self._rows) >= s.flush_rows
+        if full:
+            self._wake.set()
+        return min(room, len(rows)), len(rows) - min(room, len(rows))
+
+    def pending(self, decision_id: str) -> list[dict]:
+        """The buffered rows of one decision (not yet written)."""
+        with self._lock:
+            return [dict(r) for r in self._rows if r["id"] == decision_id]
+
+    def lookup(self, decision_id: str, columns: list[str] | None = None) -> list[dict]:
+        """A decision's rows, buffered here or written by any writer."""
+        return self.pending(decision_id) or find(self.fs, self.root, decision_id, columns)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {**self.counts, "pending": len(self._rows)}
+
+    def flush(self) -> int:
+        """Write what is buffered now; the rows written (on a failure they stay buffered)."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+        if not rows:
+            return 0
+        try:
+            for day, part in _by_day(rows).items():
+                self._write(day, part)
+        except Exception as e:  # the filesystem: keep the rows for the next try
+            with self._lock:
+                self._rows[:0] = rows
+                self.counts["failed_writes"] += 1
+            log.warning("decision log: writing %d rows to %s failed (%s: %s); kept for the next flush",
+                        len(rows), self.root, type(e).__name__, str(e)[:200])
+            return 0
+        with self._lock:
+            self.counts["written"] += len(rows)
+        self._prune_daily()
+        return len(rows)
+
+    def close(self) -> None:
+        """Flush and stop the thread."""
+        self._closed = True
+        self._wake.set()
+        self._thread.join(timeout=30)
+        self.flush()
+
+    def _write(self, day: str, rows: list[dict]) -> None:
+        ms = [int(r["id"][:12], 16) for r in rows]
+        self._seq += 1
+        folder = f"{self.root}/day={day}"
+        self.fs.create_dir(folder, recursive=True)
+        name = f"{min(ms)}-{max(ms)}-{self.writer}-{self._seq}.parquet"
+        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        tmp = f"{folder}/.{name}.tmp"  # whole files only: a reader never sees half of one
+        pq.write_table(table, tmp, filesystem=self.fs, compression="zstd")
+        self.fs.move(tmp, f"{folder}/{name}")
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.settings.flush_s)
+            self._wake.clear()
+            self.flush()
+
+    def _prune_daily(self) -> None:
+        if time.time() - self._pruned > 3600:
+            self._pruned = time.time()
+            prune(self.fs, self.root, self.settings.retention_days)
+
+
+def _by_day(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        r.setdefault("time", dt.datetime.fromtimestamp(id_time(r["id"]), dt.timezone.utc))
+        out.setdefault(_day(id_time(r["id"])), []).append(r)
+    return out
+
+
+def days(fs: pafs.FileSystem, root: str) -> list[str]:
+    """The day partitions under root, oldest first."""
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    except OSError:
+        return []
+    return sorted(m.group(1) for i in infos if i.type == pafs.FileType.Directory
+                  and (m := DAY.match(i.base_name)))
+
+
+def prune(fs: pafs.FileSystem, root: str, retention_days: float, now: float | None = None) -> list[str]:
+    """Delete the day partitions older than the retention; the days deleted."""
+    oldest = _day((time.time() if now is None else now) - retention_days * 86400)
+    gone = [d for d in days(fs, root) if d < oldest]
+    for d in gone:
+        fs.delete_dir(f"{root}/day={d}")
+    if gone:
+        log.info("decision log: deleted %d day(s) older than %g days: %s..%s", len(gone), retention_days,
+                 gone[0], gone[-1])
+    return gone
+
+
+def find(fs: pafs.FileSystem, root: str, decision_id: str, columns: list[str] | None = None) -> list[dict]:
+    """The logged rows of one decision (one per query of its request), read from the files whose
+    span of ids holds it; [] when none (unknown, expired, or not yet written)."""
+    ms = int(decision_id[:12], 16)
+    folder = f"{root}/day={_day(ms / 1000)}"
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+    except OSError:
+        return []
+    out = []
+    for info in infos:
+        m = FILE.match(info.base_name)
+        if m and int(m.group(1)) <= ms <= int(m.group(2)):
+            table = pq.read_table(info.path, filesystem=fs, columns=columns, filters=[("id", "=", decision_id)])
+            out.extend(table.to_pylist())
+    return sorted(out, key=lambda r: r.get("query_index") or 0)
+
+
+def embedding_of(row: dict) -> np.ndarray | None:
+    e = row.get("embedding")
+    return None if e is None else np.asarray(e, dtype=np.float32)

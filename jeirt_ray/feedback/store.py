@@ -1,0 +1,115 @@
+"""Feedback on logged decisions, in a SQL database (SQLAlchemy): SQLite by default
+(`$JEIRT_HOME/feedback.db`), PostgreSQL on a cluster, so that every replica sees the same rows.
+
+One row per (decision id, query index, source): a repeat with the same score is accepted and
+changes nothing (idempotent), a repeat with another score is a conflict. Each row keeps what
+learning needs (the LLM that answered and the query's encoder vector, copied from the decision
+log), and rows are numbered in the order they arrive (`seq`), so a learner reads what is new
+since the last row it applied (`since`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import sqlalchemy as sa
+
+from ..core import paths
+from ..core.secrets import redact
+from ..routing import router
+
+FEEDBACK_URL_ENV = "JEIRT_FEEDBACK_URL"
+SOURCES = ("user", "judge", "key")  # a person's rating, an LLM judge's grade, an answer key's
+
+_meta = sa.MetaData()
+_feedback = sa.Table(
+    "jeirt_feedback", _meta,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(28), nullable=False), sa.Column("query_index", sa.Integer, nullable=False),
+    sa.Column("source", sa.String(16), nullable=False), sa.Column("score", sa.Float, nullable=False),
+    sa.Column("time", sa.Float, nullable=False), sa.Column("llm", sa.String(200)),
+    sa.Column("space", sa.String(300)), sa.Column("key_id", sa.String(16)),
+    sa.Column("encoder", sa.String(300)), sa.Column("embedding", sa.LargeBinary),
+    sa.Column("comment", sa.String(2000)),
+    sa.UniqueConstraint("id", "query_index", "source", name="jeirt_feedback_once"))
+
+
+def default_url() -> str:
+    return os.environ.get(FEEDBACK_URL_ENV) or f"sqlite:///{paths.home() / 'feedback.db'}"
+
+
+class Conflict(router.Conflict):
+    """A repeat of (id, query_index, source) with another score."""
+
+
+@dataclass
+class Grade:
+    """One piece of feedback, with what learning needs from the decision it grades."""
+    id: str
+    score: float
+    source: str = "user"
+    query_index: int = 0
+    llm: str | None = None
+    space: str | None = None
+    key_id: str | None = None
+    encoder: str | None = None
+    embedding: np.ndarray | None = None
+    comment: str | None = None
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {self.source!r}")
+        if isinstance(self.score, bool) or not isinstance(self.score, (int, float, np.number)) \
+                or not np.isfinite(self.score) or not 0 <= self.score <= 1:
+            raise ValueError(f"score must be a number from 0 to 1, not {self.score!r}")
+
+
+class FeedbackStore:
+    def __init__(self, url: str | None = None):
+        url = url or default_url()
+        if url.startswith("sqlite:///"):
+            from pathlib import Path
+            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine = sa.create_engine(url, pool_pre_ping=True)
+            _meta.create_all(self.engine)
+        except Exception as e:  # the URL may hold a password: never show it
+            raise RuntimeError(f"the feedback database cannot be opened: {redact(str(e))[:300]}") from None
+        self._lock = threading.Lock()  # SQLite: one writer at a time in this process
+
+    def add(self, g: Grade) -> str:
+        """`recorded`, or `unchanged` for a repeat with the same score; Conflict for another score."""
+        row = {"id": g.id, "query_index": int(g.query_index), "source": g.source, "score": float(g.score),
+               "time": time.time(), "llm": g.llm, "space": g.space, "key_id": g.key_id, "encoder": g.encoder,
+               "embedding": None if g.embedding is None else np.asarray(g.embedding, np.float32).tobytes(),
+               "comment": g.comment}
+        try:
+            with self._lock, self.engine.begin() as c:
+                c.execute(_feedback.insert().values(**row))
+            return "recorded"
+        except sa.exc.IntegrityError:  # (id, query_index, source) is there already
+            pass
+        with self.engine.connect() as c:
+            old = c.execute(sa.select(_feedback.c.score).where(
+                _feedback.c.id == g.id, _feedback.c.query_index == int(g.query_index),
+                _feedback.c.source == g.source)).scalar()
+        if old == float(g.score):
+            return "unchanged"
+        raise Conflict(f"decision {g.id} query {g.query_index} already has {g.source} feedback with another "
+                       f"score; feedback is recorded once per decision and source")
+
+    def since(self, seq: int = 0, limit: int = 10_000) -> list[dict]:
+        """The rows after `seq`, in order (each with its `seq`; the embedding as float32)."""
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(_feedback).where(_feedback.c.seq > seq).order_by(_feedback.c.seq)
+                             .limit(limit)).mappings().all()
+        return [{**r, "embedding": None if r["embedding"] is None else np.frombuffer(r["embedding"], np.float32)}
+                for r in rows]
+
+    def count(self) -> int:
+        with self.engine.connect() as c:
+            return int(c.execute(sa.select(sa.func.count()).select_from(_feedback)).scalar())

@@ -1,0 +1,77 @@
+"""A Router replica's side of the feedback loop: each routed query's record in the decision log
+(feedback/log.py) and the feedback on it (feedback/store.py), as user_config.decisions says.
+
+A request gets one id (`x-jeirt-request-id`, the body's `id`); a batched /v1/route request's
+queries are its rows 0..n-1 (`query_index`). /v1/route's rows are logged when it answers; a
+chat's when its answer is complete (a stream: at its end), with who answered, its tokens, cost
+and latency."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from ..feedback.grades import record_grade
+from ..feedback.log import DecisionLog, new_id
+from ..feedback.store import Conflict, FeedbackStore
+from ..routing.router import NotFound
+from .settings import DecisionsConfig
+
+
+class Recorder:
+    def __init__(self, config: DecisionsConfig, metrics, encoder_id: str):
+        self.config, self.metrics, self.encoder_id = config, metrics, encoder_id
+        self.log = DecisionLog(config.log_settings()) if config.enabled else None
+        self._store: FeedbackStore | None = None  # opened at the first feedback
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+
+    @staticmethod
+    def new_id() -> str:
+        return new_id()
+
+    def rows(self, decision_id: str, route: str, key, core, version, results: list[dict], x: np.ndarray,
+             texts: list[str]) -> list[dict]:
+        """One row per query: every allowed LLM's p and expected cost, the choice (deterministic
+        policies: propensity 1) and the query as log_queries allows."""
+        if self.log is None:
+            return []
+        return [{"id": decision_id, "query_index": i, "route": route, "key_id": getattr(key, "id", None),
+                 "space": core.label, "registry_version": None if version is None else str(version),
+                 "policy": r["policy"], "candidates": [s["model"] for s in r["scores"]],
+                 "p_correct": [s["p_correct"] for s in r["scores"]],
+                 "expected_cost": None if r["expected_cost"] is None else [s["cost"] for s in r["scores"]],
+                 "chosen": r["chosen"], "propensity": 1.0, "encoder": self.encoder_id,
+                 "embedding": np.asarray(x[i], np.float32).tolist(), "query": texts[i]}
+                for i, r in enumerate(results)]
+
+    def write(self, rows: list[dict], **fields) -> None:
+        """Log rows (fields: what the answer added, for every row)."""
+        if self.log is None or not rows:
+            return
+        for r in rows:
+            r.update(fields)
+        logged, dropped = self.log.append(rows)
+        self.metrics.decided(logged, dropped)
+
+    async def grade(self, body, key) -> dict:
+        """Record a FeedbackRequest (feedback/grades.py): NotFound (404) for a decision the log
+        does not hold, Conflict (409) for another score from the same source or an LLM the
+        decision did not weigh."""
+        if self.log is None:
+            raise NotFound("this service keeps no decision log (user_config.decisions.enabled is false), so it "
+                           "takes no feedback")
+        if self._store is None:
+            self._store = await asyncio.to_thread(FeedbackStore, self.config.feedback_url)
+        try:
+            out = await asyncio.to_thread(
+                record_grade, self._store, self.log.lookup, body.id, body.score, body.source, body.query_index,
+                body.llm, getattr(key, "id", None), body.comment, self.config.retention_days, self.config.flush_s)
+        except (NotFound, Conflict) as e:
+            self.metrics.feedback(body.source, "unknown" if isinstance(e, NotFound) else "conflict")
+            raise
+        self.metrics.feedback(body.source, out["status"])
+        return out

@@ -1,0 +1,109 @@
+"""The decision log and the feedback store, without Ray (feedback/)."""
+
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from jeirt_ray.feedback import Conflict, DecisionLog, FeedbackStore, Grade, LogSettings, find, id_time, new_id
+from jeirt_ray.feedback.log import days, prune
+
+
+def _rows(n, now=None, **extra):
+    return [{"id": new_id(now), "query_index": 0, "route": "route", "chosen": "a", "candidates": ["a", "b"],
+             "p_correct": [0.6, 0.4], "embedding": [0.5, -0.5], "query": "what is 2+2?", "answer": "4", **extra}
+            for _ in range(n)]
+
+
+def test_rows_are_written_by_day_found_by_id_and_keep_only_what_the_settings_allow(tmp_path):
+    log = DecisionLog(LogSettings(root=str(tmp_path / "log"), flush_s=60))
+    yesterday = _rows(2, time.time() - 86400)
+    today = _rows(3)
+    assert log.append(yesterday + today) == (5, 0)
+    assert log.lookup(today[1]["id"])[0]["chosen"] == "a"  # buffered: found before it is written
+    assert find(log.fs, log.root, today[1]["id"]) == []
+    assert log.flush() == 5 and log.stats()["pending"] == 0
+    assert len(days(log.fs, log.root)) == 2
+    row = find(log.fs, log.root, today[1]["id"])[0]
+    assert row["embedding"] == [0.5, -0.5] and row["query"] is None and row["answer"] is None
+    assert abs(row["time"].timestamp() - id_time(today[1]["id"])) < 1e-3
+    assert len(pq.read_table(tmp_path / "log")) == 5  # one table for Ray Data, partitioned by day
+    log.close()
+
+    kept = DecisionLog(LogSettings(root=str(tmp_path / "text"), log_queries="text", log_answers="text", flush_s=60))
+    none = DecisionLog(LogSettings(root=str(tmp_path / "none"), log_queries="none", flush_s=60))
+    for one in (kept, none):
+        one.append(_rows(1))
+        one.close()  # closing writes the buffer
+    assert pq.read_table(tmp_path / "text").to_pylist()[0]["query"] == "what is 2+2?"
+    assert pq.read_table(tmp_path / "none").to_pylist()[0]["embedding"] is None
+
+
+def test_a_failing_filesystem_keeps_the_buffer_up_to_its_bound_and_counts_the_rest(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    log = DecisionLog(LogSettings(root=str(blocker / "log"), flush_s=60, max_pending=3))
+    assert log.append(_rows(2)) == (2, 0)
+    assert log.flush() == 0
+    assert log.append(_rows(2)) == (1, 1)
+    assert log.stats() == {"logged": 3, "written": 0, "dropped": 1, "failed_writes": 1, "pending": 3}
+    blocker.unlink()
+    blocker.mkdir()  # the filesystem is back: nothing buffered is lost
+    assert log.flush() == 3 and log.stats()["written"] == 3
+    log.close()
+
+
+def test_retention_deletes_whole_days_older_than_it(tmp_path):
+    log = DecisionLog(LogSettings(root=str(tmp_path), flush_s=60))
+    log.append(_rows(1, time.time() - 10 * 86400) + _rows(1, time.time() - 2 * 86400) + _rows(1))
+    log.flush()
+    log.close()
+    assert len(prune(log.fs, log.root, retention_days=5)) == 1
+    assert len(days(log.fs, log.root)) == 2
+    assert prune(log.fs, log.root, retention_days=5) == []
+
+
+def test_feedback_is_recorded_once_per_decision_and_source(tmp_path):
+    url = f"sqlite:///{tmp_path / 'fb.db'}"
+    store, other = FeedbackStore(url), FeedbackStore(url)  # two replicas, one database
+    d = new_id()
+    assert store.add(Grade(d, 1.0, llm="a", embedding=np.array([1, 2], np.float32))) == "recorded"
+    assert other.add(Grade(d, 1.0, llm="a")) == "unchanged"
+    with pytest.raises(Conflict, match="another score"):
+        other.add(Grade(d, 0.0))
+    assert store.add(Grade(d, 0.0, source="judge")) == "recorded"
+    assert store.add(Grade(d, 0.5, query_index=1)) == "recorded"
+    rows = store.since()
+    assert [r["seq"] for r in rows] == [1, 2, 3] and store.since(2)[0]["query_index"] == 1
+    assert rows[0]["embedding"].tolist() == [1.0, 2.0] and rows[1]["embedding"] is None
+    for bad in ({"score": 1.5}, {"score": float("nan")}, {"score": True}, {"score": 1, "source": "crowd"}):
+        with pytest.raises(ValueError):
+            Grade(d, **bad)
+
+
+def test_jeirt_feedback_records_a_file_checking_every_row_first(tmp_path):
+    from typer.testing import CliRunner
+
+    from jeirt_ray.cli.main import app
+    log = DecisionLog(LogSettings(root=str(tmp_path / "log"), flush_s=60))
+    rows = _rows(2)
+    log.append(rows)
+    log.close()
+    db = f"sqlite:///{tmp_path / 'fb.db'}"
+    args = ["--decisions", str(tmp_path / "log"), "--db", db]
+    grades = tmp_path / "grades.csv"
+    grades.write_text(f"id,score,source,llm\n{rows[0]['id']},1,key,\n{rows[1]['id']},0.5,,b\n{new_id()},1,,\n")
+    run = CliRunner().invoke(app, ["feedback", str(grades), *args])
+    assert run.exit_code == 1, run.output  # the third names no logged decision
+    assert "2 recorded, 0 already recorded, 1 unknown, 0 conflicting" in run.output and "row 3" in run.output
+    stored = FeedbackStore(db).since()
+    assert [(g["source"], g["llm"], g["score"]) for g in stored] == [("key", "a", 1.0), ("user", "b", 0.5)]
+
+    grades.write_text(f"id,score\n{rows[0]['id']},1\n{rows[1]['id']},1.5\n")
+    run = CliRunner().invoke(app, ["feedback", str(grades), *args])
+    assert run.exit_code == 2 and "row 2, column score: '1.5'" in run.output
+    assert FeedbackStore(db).count() == 2  # nothing of the bad file was recorded
+    grades.write_text(f"id,score,source\n{rows[0]['id']},1,key\n{rows[0]['id']},0,user\n")
+    run = CliRunner().invoke(app, ["feedback", str(grades), *args])
+    assert run.exit_code == 0 and "1 recorded, 1 already recorded" in run.output
