@@ -10,6 +10,11 @@ answers the same stream at once; its difference to direct is the floor under any
 Each gateway answer's Server-Timing header says where its time went (access, encode, route,
 upstream first byte): their medians are reported.
 
+The decision log (`decision_log`): the same gateway with user_config.decisions.enabled true and
+false, switched in place (Serve's reconfigure, no restart) in alternating blocks at 1 and 32
+clients, so that drift falls on both alike; p50 and p99 of each, the p50 the log adds, and
+whether it kept up: every logged request's row written, none dropped.
+
     python benchmarks/gateway_overhead.py --out results/gateway_overhead.json [--data DIR] [--requests 300]
 """
 
@@ -31,9 +36,9 @@ from tests.upstream import Upstreams  # noqa: E402 (the test upstream, launched 
 
 
 async def first_bytes(url: str, texts: list[str], clients: int, requests: int, headers: dict | None = None,
-                      timings: list | None = None) -> dict:
+                      timings: list | None = None, keep_all: bool = False) -> dict:
     """`requests` streamed chat completions from `clients` concurrent clients (after 20 to warm
-    up); the time to the first body byte of each, p50/p99 in ms."""
+    up); the time to the first body byte of each, p50/p99 in ms (`keep_all`: and every time, s)."""
     import httpx
     seconds: list[float] = []
     failed = [0]
@@ -62,8 +67,9 @@ async def first_bytes(url: str, texts: list[str], clients: int, requests: int, h
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=clients)) as client:
         await worker(client, 0) if clients == 1 else await asyncio.gather(*(worker(client, k) for k in range(clients)))
     ms = np.asarray(seconds) * 1000
-    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "n": len(seconds),
-            "failed": failed[0]}
+    out = {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "n": len(seconds),
+           "failed": failed[0]}
+    return {**out, "seconds": seconds} if keep_all else out
 
 
 def timing_medians(headers: list[str]) -> dict:
@@ -89,6 +95,51 @@ def empty_deployment():
         async def chat(self):
             return StreamingResponse(iter([chunk]), media_type="text/event-stream")
     return Empty.bind()
+
+
+def set_log(home, url: str, enabled: bool) -> None:
+    """Switch the Router's decision log on or off in place (a user_config change: reconfigure)."""
+    import yaml
+
+    from jeirt_ray.serving.deploy import deploy, load_config
+    path = home / "serve.yaml"
+    raw = yaml.safe_load(path.read_text())
+    router = next(d for d in raw["applications"][0]["deployments"] if d["name"] == "Router")
+    router["user_config"]["decisions"]["enabled"] = enabled
+    path.write_text(yaml.safe_dump(raw))
+    deploy(load_config(path, model="bench", port=int(url.rsplit(":", 1)[1])))
+    time.sleep(3)  # the reconfigure reaches the replica
+
+
+def decision_log(home, url: str, texts: list[str], headers: dict, requests: int, blocks: int = 6) -> dict:
+    """Alternating blocks with and without the log, at 1 and 32 clients."""
+    import pyarrow.parquet as pq
+    out, logged = {}, 0
+    time.sleep(3)  # what the runs before logged is written
+    before = pq.read_table(home / "decisions", columns=["route"]).num_rows
+    for clients in (1, 32):
+        seconds = {True: [], False: []}
+        failed = {True: 0, False: 0}
+        for b in range(2 * blocks):
+            on = b % 2 == 0
+            set_log(home, url, on)
+            r = asyncio.run(first_bytes(url + "/v1", texts, clients, requests // blocks, headers, keep_all=True))
+            seconds[on] += r["seconds"]
+            failed[on] += r["failed"]
+            logged += (20 + requests // blocks) if on else 0  # the warm-up requests are logged too
+        ms = {on: np.asarray(v) * 1000 for on, v in seconds.items()}
+        out[str(clients)] = {
+            "with_log": {"p50_ms": float(np.percentile(ms[True], 50)), "p99_ms": float(np.percentile(ms[True], 99)),
+                         "n": len(ms[True]), "failed": failed[True]},
+            "without_log": {"p50_ms": float(np.percentile(ms[False], 50)),
+                            "p99_ms": float(np.percentile(ms[False], 99)), "n": len(ms[False]),
+                            "failed": failed[False]},
+            "log_added_p50_ms": float(np.percentile(ms[True], 50) - np.percentile(ms[False], 50))}
+        print(json.dumps({clients: out[str(clients)]}, indent=1))
+    set_log(home, url, True)  # the last block's rows are flushed within flush_s
+    time.sleep(3)
+    written = pq.read_table(home / "decisions", columns=["route"]).num_rows - before
+    return {"clients": out, "requests_logged": logged, "rows_written": written, "kept_up": written >= logged}
 
 
 def main():
@@ -117,6 +168,7 @@ def main():
                 router = next(d for d in app["deployments"] if d["name"] == "Router")
                 router["user_config"]["upstreams"] = {n: upstream for n in names}
                 router["max_ongoing_requests"] = 256
+                router["user_config"]["decisions"] = {"enabled": True, "path": str(home / "decisions")}
 
             with service(home, args.encoder, threads=1, edit=edit) as url:
                 from ray import serve
@@ -133,11 +185,13 @@ def main():
                         "proxy_hop_added_p50_ms": hop["p50_ms"] - direct["p50_ms"],
                         "gateway_server_timing_medians": timing_medians(timings)}
                     print(json.dumps({clients: rows[str(clients)]}, indent=1))
+                log_rows = decision_log(home, url, texts, headers, args.requests)
     finally:
         ups.stop()
     write_json(args.out, {"data": str(data_dir), "llms": len(names), "encoder": args.encoder, "auth": "required",
-                          "key_store": "sqlite", "requests": args.requests, "clients": rows,
-                          "targets": {"added_p50_ms_at_1_client": 5.0, "gateway_over_direct_p50_at_8_clients": 2.0}})
+                          "key_store": "sqlite", "requests": args.requests, "clients": rows, "decision_log": log_rows,
+                          "targets": {"added_p50_ms_at_1_client": 5.0, "gateway_over_direct_p50_at_8_clients": 2.0,
+                                      "decision_log_added_p50_ms": 1.0}})
 
 
 if __name__ == "__main__":

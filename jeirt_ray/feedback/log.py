@@ -177,7 +177,7 @@ class DecisionLog:
         folder = f"{self.root}/day={day}"
         self.fs.create_dir(folder, recursive=True)
         name = f"{min(ms)}-{max(ms)}-{self.writer}-{self._seq}.parquet"
-        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        table = _table(rows)
         tmp = f"{folder}/.{name}.tmp"  # whole files only: a reader never sees half of one
         pq.write_table(table, tmp, filesystem=self.fs, compression="zstd")
         self.fs.move(tmp, f"{folder}/{name}")
@@ -192,6 +192,23 @@ class DecisionLog:
         if time.time() - self._pruned > 3600:
             self._pruned = time.time()
             prune(self.fs, self.root, self.settings.retention_days)
+
+
+def _table(rows: list[dict]) -> pa.Table:
+    """Rows as a table of SCHEMA; the embeddings (numpy vectors) column-wise, as one buffer."""
+    embeddings = [r.pop("embedding", None) for r in rows]
+    table = pa.Table.from_pylist(rows, schema=SCHEMA.remove(SCHEMA.get_field_index("embedding")))
+    for r, e in zip(rows, embeddings):
+        if e is not None:
+            r["embedding"] = e
+    have = [e is not None for e in embeddings]
+    if all(have) and len({len(e) for e in embeddings}) == 1:
+        flat = np.asarray(np.stack(embeddings), dtype=np.float32)
+        column = pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel()), flat.shape[1]).cast(pa.list_(pa.float32()))
+    else:  # none logged (log_queries: none), or vectors of several sizes
+        column = pa.array([None if e is None else np.asarray(e, np.float32) for e in embeddings],
+                          pa.list_(pa.float32()))
+    return table.add_column(SCHEMA.get_field_index("embedding"), SCHEMA.field("embedding"), column)
 
 
 def _by_day(rows: list[dict]) -> dict[str, list[dict]]:

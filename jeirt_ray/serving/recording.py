@@ -45,7 +45,7 @@ class Recorder:
                  "p_correct": [s["p_correct"] for s in r["scores"]],
                  "expected_cost": None if r["expected_cost"] is None else [s["cost"] for s in r["scores"]],
                  "chosen": r["chosen"], "propensity": 1.0, "encoder": self.encoder_id,
-                 "embedding": np.asarray(x[i], np.float32).tolist(), "query": texts[i]}
+                 "embedding": np.asarray(x[i], np.float32), "query": texts[i]}
                 for i, r in enumerate(results)]
 
     def write(self, rows: list[dict], **fields) -> None:
