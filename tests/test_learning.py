@@ -205,3 +205,34 @@ def test_space_route_refuses_settings_out_of_range(world, kwargs, message):
     space = jr.Space.from_core(world["space"])
     with pytest.raises(ValueError, match=message):
         space.route(["What is 2 + 2?"], **kwargs)
+
+
+def test_replicas_learning_from_the_feedback_store_hold_one_state_and_a_restart_replays_it(world, tmp_path):
+    """Two learners (two replicas) reading one feedback store apply the same rows in the same order:
+    the same vectors; one made after every row was written (a restart) reaches them too. Grades
+    move the graded LLM's P(correct) their way; grades of another encoder or LLM are skipped."""
+    from jeirt_ray.feedback import FeedbackStore, Grade, new_id
+    from jeirt_ray.feedback.applied import FeedbackLearner
+    space, prep = world["space"], world["prep"]
+    store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.db'}")
+    enc = space.encoder_id
+    a, b = FeedbackLearner(space, store, enc), FeedbackLearner(space, store, enc)
+    x = prep.X[prep.rows("test")[:40]]
+    llm = space.model_names[2]
+    before = a.predict_proba(x)[:, 2]
+    np.testing.assert_allclose(before, space.predict_proba(x)[:, 2], atol=1e-5)  # nothing learned: as trained
+    for i, e in enumerate(x[:20]):
+        store.add(Grade(new_id(), 0.0, llm=llm, encoder=enc, embedding=e))
+    assert a.poll() == 20
+    for i, e in enumerate(x[20:]):
+        store.add(Grade(new_id(), 0.0, llm=llm, encoder=enc, embedding=e))
+    store.add(Grade(new_id(), 1.0, llm=llm, encoder="another-encoder", embedding=x[0]))
+    store.add(Grade(new_id(), 1.0, llm="no-such-llm", encoder=enc, embedding=x[0]))
+    assert a.poll() == 20 and b.poll() == 40
+    restarted = FeedbackLearner(space, store, enc)
+    assert restarted.poll() == 40 and restarted.stats() == {"seq": 42, "applied": 40, "skipped": 2}
+    for other in (b, restarted):
+        np.testing.assert_allclose(other.predict_proba(x), a.predict_proba(x), rtol=1e-9)
+    after = a.predict_proba(x)
+    assert (after[:, 2] < before).mean() > 0.9
+    np.testing.assert_allclose(np.delete(after, 2, 1), np.delete(space.predict_proba(x), 2, 1), atol=1e-5)

@@ -107,7 +107,7 @@ class FeedbackStore:
         with self.engine.connect() as c:
             rows = c.execute(sa.select(_feedback).where(_feedback.c.seq > seq).order_by(_feedback.c.seq)
                              .limit(limit)).mappings().all()
-        return [{**r, "embedding": None if r["embedding"] is None else np.frombuffer(r["embedding"], np.float32)}
+        return [{**r, "embedding": None if r["embedding"] is None else np.frombuffer(r["embedding"], np.float32).copy()}
                 for r in rows]
 
     def count(self) -> int:

@@ -83,6 +83,7 @@ class SpaceRouter:
         if chosen and space.routing:
             fields = {k: chosen[k] for k in Policy.model_fields if k in chosen}
             self.tuned = (Policy(**fields), SignalBuilder.from_arrays(space.routing, chosen["benchmarks"]))
+        self.learned = None  # x -> P(correct) learned from feedback (serving/learned.py), else the space's
         self._budget_weights: OrderedDict[float, float] = OrderedDict()  # an LRU of BUDGET_CACHE
         self._budget_lock = threading.Lock()  # routes run in worker threads
 
@@ -231,7 +232,8 @@ class SpaceRouter:
         nearest = self.nearest(x) if self.centroids is not None else None
         cost = self.cost_matrix(x, texts, nearest)
         cand = self.candidates(candidates, max_cost, cost)
-        p = self.space.predict_proba(x)
+        learned = self.learned
+        p = learned(x) if learned is not None else self.space.predict_proba(x)
         allowed = np.zeros(p.shape, dtype=bool)
         allowed[:, cand] = True
         if min_p is not None:

@@ -40,6 +40,7 @@ from .keys import ADMIN_TOKEN_KEY, KeyStore
 from .live import LiveSpace, RegistryUnreachable
 from .metrics import make_metrics
 from .onboarding import OnboarderBusy
+from .learned import ReplicaLearning
 from .recording import Recorder
 from .replicas import Encoder, Onboarder, ThreadedEncoder
 from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, FeedbackRequest, FeedbackResponse, HealthResponse, KeyResponse, LLMsResponse, MapResponse,
@@ -99,6 +100,7 @@ class Router:
         self.chat_flow = ChatFlow(self.live, self.gateway, self.metrics, self.access, self._route,
                                   lambda: self.recorder)
         self.conversations: Conversations | None = None
+        self.learning = ReplicaLearning(self.live, encoder_id)
         self.live.watch()
 
     def __del__(self):
@@ -106,6 +108,8 @@ class Router:
         close the upstream connections."""
         if getattr(self, "live", None) is not None:  # None: __init__ never ran
             self.live.close()
+        if getattr(self, "learning", None) is not None:
+            self.learning.close()
         if getattr(self, "gateway", None) is not None:
             self.gateway.close_soon()
         if getattr(self, "recorder", None) is not None:  # write what the decision log holds
@@ -342,7 +346,7 @@ class Router:
              responses={500: ERRORS[500]}, **scoped(PUBLIC))
     async def health(self, request: Request = None) -> dict:
         """ok or degraded (serving while the registry cannot be read); the details for admin keys."""
-        health = self.live.health()
+        health = {**self.live.health(), "learning": self.learning.stats()}
         key = request.scope.get(KEY_SCOPE) if request is not None else None
         return health if request is None or (key is not None and key.allows("admin")) else {"status": health["status"]}
 

@@ -73,6 +73,7 @@ class LiveSpace:
         self.registry_reachable = True
         self.lock = threading.Lock()
         self.stopped = threading.Event()
+        self.on_serve: list = []  # called with each new SpaceRouter before it serves (serving/learned.py)
 
     @property
     def uri(self) -> str:
@@ -158,10 +159,12 @@ class LiveSpace:
     def _serve(self, version: str, space: CoreSpace) -> None:
         """Route with `space` (registered `version`) and the current settings (under the lock)."""
         table = self.config.price_table()
-        self.core = SpaceRouter(space, self.config.usd_per_call, self.config.default_policy,
-                                prices=None if table is None else resolve_prices(space.model_names, table),
-                                label=f"{self.model}/{version}")
-        self.version = version
+        core = SpaceRouter(space, self.config.usd_per_call, self.config.default_policy,
+                           prices=None if table is None else resolve_prices(space.model_names, table),
+                           label=f"{self.model}/{version}")
+        for hook in self.on_serve:
+            hook(core)
+        self.core, self.version = core, version
 
     def refresh(self) -> None:
         """One look at the alias; an outage is logged once and reported by `health`."""

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..core.renamed import renamed_fields
 from ..encoders import DEFAULT_ENCODER
+from ..learning.explore import DEFAULTS
 from ..routing.decisions import PolicyName
 
 
@@ -101,6 +102,21 @@ class DecisionsConfig(BaseModel):
                            self.max_pending, self.retention_days)
 
 
+class LearningConfig(BaseModel):
+    """Learning from the feedback on this service's decisions (serving/learned.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(False, description="apply the feedback store's grades to the LLMs' vectors; every policy "
+                                             "then reads the learned P(correct)")
+    poll_s: float = Field(2.0, gt=0, le=300, description="how often each replica reads new feedback (every replica "
+                                                         "holds the same state within this)")
+    prior_var: float = Field(DEFAULTS["prior_var"], gt=0, description="how far feedback may move a vector (chosen "
+                                                                      "on validation)")
+    residual_var: float = Field(DEFAULTS["residual_var"], ge=0, description="a per-LLM correction linear in the "
+                                                                            "query's encoder vector (0: none)")
+    evidence: float = Field(DEFAULTS["evidence"], ge=0, description="the training questions' weight in the prior")
+
+
 class RouterConfig(BaseModel):
     """The Router's `user_config`."""
 
@@ -119,6 +135,7 @@ class RouterConfig(BaseModel):
         None, description="{LLM: OpenAI-compatible base URL, or an Upstream} for /v1/chat/completions")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     decisions: DecisionsConfig = Field(default_factory=DecisionsConfig)
+    learning: LearningConfig = Field(default_factory=LearningConfig)
 
     @model_validator(mode="before")
     @classmethod

@@ -32,12 +32,21 @@ class RegistryState(BaseModel):
     seconds_since_check: float | None = None
 
 
+class LearningState(BaseModel):
+    enabled: bool = Field(description="user_config.learning.enabled")
+    error: str | None = Field(None, description="why learning is paused (the feedback database cannot be read)")
+    seq: int = Field(description="the last feedback row read")
+    applied: int = Field(description="grades applied to the served version's vectors")
+    skipped: int = Field(description="grades of another encoder or of LLMs the space lacks")
+
+
 class HealthResponse(BaseModel):
     status: Literal["ok", "degraded"] = Field(description="'degraded': serving the loaded version while the "
                                                           "registry cannot be read")
     space: str | None = Field(None, description="the served space (admin keys only)")
     llms: int | None = Field(None, description="admin keys only")
     registry: RegistryState | None = Field(None, description="admin keys only")
+    learning: LearningState | None = Field(None, description="admin keys only")
 
 
 class KeyUsage(BaseModel):

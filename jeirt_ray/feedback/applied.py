@@ -1,0 +1,68 @@
+"""Feedback applied to a served space: the feedback store's rows, in the order they arrived
+(`seq`), update the LLMs' vectors by the learning layer's online step (learning/online.py), and
+the router reads the learned P(correct).
+
+Every replica reads the same rows in the same order, one outcome at a time from the same
+starting state (the served version's vectors), so every replica holds the same state once it
+has read the same rows: within one `poll_s` of a row's arrival. A replica that starts, or a
+version that starts serving, replays every applicable row: the feedback store is the saved state.
+A row applies when its query was encoded by the served encoder and it grades an LLM of the space
+(others are counted as skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+
+from ..learning.explore import DEFAULTS
+from ..learning.online import OnlineState, Outcomes
+from .store import FeedbackStore
+
+log = logging.getLogger("jeirt.learning")
+
+
+class FeedbackLearner:
+    def __init__(self, space, store: FeedbackStore, encoder_id: str, prior_var: float = DEFAULTS["prior_var"],
+                 residual_var: float = DEFAULTS["residual_var"], evidence: float = DEFAULTS["evidence"]):
+        self.state = OnlineState(space, prior_var, evidence, residual_var)
+        self.store, self.encoder_id = store, encoder_id
+        self.index = {n: i for i, n in enumerate(self.state.names)}
+        self.seq = 0  # the last row read
+        self.counts = {"applied": 0, "skipped": 0}
+        self._theta = [t.copy() for t in self.state.theta]  # what predictions read: replaced whole, never mutated
+        self._lock = threading.Lock()  # one poll at a time
+
+    def poll(self, limit: int = 10_000) -> int:
+        """Apply the rows that arrived since the last poll; the number applied."""
+        with self._lock:
+            applied = 0
+            while True:
+                rows = self.store.since(self.seq, limit)
+                for r in rows:
+                    k = self.index.get(r["llm"])
+                    e = r["embedding"]
+                    if k is None or e is None or r["encoder"] != self.encoder_id or len(e) != self.state.space.in_dim:
+                        self.counts["skipped"] += 1
+                        continue
+                    self.state.update(Outcomes(e[None], [k], [r["score"]]))
+                    applied += 1
+                if rows:
+                    self.seq = rows[-1]["seq"]
+                if len(rows) < limit:
+                    break
+            if applied:
+                self.counts["applied"] += applied
+                self._theta = [t.copy() for t in self.state.theta]
+            return applied
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        """(n, LLMs) P(correct) under the learned means, averaged over the space's members."""
+        geo = self.state.geometry(x)
+        logits = np.stack([u @ t.T - n[:, None] for (u, n), t in zip(geo, self._theta)])
+        return (1.0 / (1.0 + np.exp(-logits))).mean(0)
+
+    def stats(self) -> dict:
+        return {"seq": self.seq, **self.counts}
