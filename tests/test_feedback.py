@@ -107,3 +107,37 @@ def test_jeirt_feedback_records_a_file_checking_every_row_first(tmp_path):
     grades.write_text(f"id,score,source\n{rows[0]['id']},1,key\n{rows[0]['id']},0,user\n")
     run = CliRunner().invoke(app, ["feedback", str(grades), *args])
     assert run.exit_code == 0 and "1 recorded, 1 already recorded" in run.output
+
+
+def test_an_answer_key_grades_the_logged_answers_it_can_and_counts_the_rest(tmp_path):
+    from typer.testing import CliRunner
+
+    from jeirt_ray.cli.main import app
+    from jeirt_ray.data.answer_key import AnswerKey
+    from jeirt_ray.feedback.graders import grade_with_key
+    log = DecisionLog(LogSettings(root=str(tmp_path / "log"), log_queries="text", log_answers="text", flush_s=60))
+    asked = [("What is 2+2? A) 3 B) 4", "The answer is B", 1.0), ("What is 2+3? A) 5 B) 6", "Answer: B", 0.0),
+             ("What is 2+2? A) 3 B) 4", "I think (A)", 0.0)]
+    rows = [dict(r, query=q, answer=a, answered_by="b", status=200)
+            for r, (q, a, _) in zip(_rows(3), asked)]
+    rows += [dict(r, query="an unkeyed question", answer="B", answered_by="a", status=200) for r in _rows(1)]
+    rows += [dict(r, answered_by=None, status=502) for r in _rows(1)]
+    log.append(rows)
+    log.close()
+    key_file = tmp_path / "key.csv"
+    key_file.write_text("question_id,answer\nq1,B\nq2,A\n")
+    questions = {"What is 2+2? A) 3 B) 4": "q1", "What is 2+3? A) 5 B) 6": "q2"}
+    store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.db'}")
+    counts = grade_with_key(AnswerKey.read(key_file), questions, store, str(tmp_path / "log"))
+    assert counts == {"recorded": 3, "unchanged": 0, "no_text": 0, "no_answer": 1, "not_in_key": 1, "conflict": 0}
+    graded = {g["id"]: g for g in store.since()}
+    assert [graded[r["id"]]["score"] for r in rows[:3]] == [label for *_, label in asked]
+    assert all(g["source"] == "key" and g["llm"] == "b" and len(g["embedding"]) == 2 for g in graded.values())
+    assert grade_with_key(AnswerKey.read(key_file), questions, store, str(tmp_path / "log"))["unchanged"] == 3
+
+    data = tmp_path / "qs.csv"  # the CLI: the questions' texts from a file
+    data.write_text('question_id,text\nq1,"What is 2+2? A) 3 B) 4"\nq2,"What is 2+3? A) 5 B) 6"\n')
+    run = CliRunner().invoke(app, ["grade", "--key", str(key_file), "--questions", str(data), "--decisions",
+                                   str(tmp_path / "log"), "--db", f"sqlite:///{tmp_path / 'fb.db'}"])
+    assert run.exit_code == 0, run.output
+    assert "0 recorded, 3 already recorded" in run.output and "1 not in the key" in run.output

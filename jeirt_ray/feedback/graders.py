@@ -1,0 +1,64 @@
+"""Feedback without a person: logged answers graded by an answer key (verifiable tasks).
+
+A decision is gradable when the log kept its query's text and its answer (user_config.decisions
+`log_queries: text`, `log_answers: text`) and the query is one of the key's questions (matched by
+text, white space at the ends ignored). Each grade is recorded as feedback with source `key`,
+once per decision (a repeat run changes nothing). What could not be graded is counted by reason,
+never guessed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+
+from ..data.answer_key import AnswerKey
+from .log import days, filesystem
+from .store import Conflict, FeedbackStore, Grade
+
+COLUMNS = ["id", "query_index", "space", "answered_by", "status", "encoder", "embedding", "query", "answer"]
+
+
+def read_log(root: str | None = None, since_days: float | None = None, columns: list[str] | None = None):
+    """The decision log as a pyarrow table (the day partitions since `since_days` ago)."""
+    fs, path = filesystem(root)
+    wanted = days(fs, path)
+    if since_days is not None:
+        first = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=since_days)).strftime("%Y-%m-%d")
+        wanted = [d for d in wanted if d >= first]
+    if not wanted:
+        raise FileNotFoundError(f"no decisions logged under {path}" + (f" in the last {since_days:g} days"
+                                                                        if since_days is not None else ""))
+    day = pads.partitioning(pa.schema([("day", pa.string())]), flavor="hive")
+    data = pads.dataset(path, filesystem=fs, format="parquet", partitioning=day, exclude_invalid_files=True)
+    return data.to_table(columns=columns, filter=pads.field("day") >= wanted[0])
+
+
+def grade_with_key(key: AnswerKey, question_of: dict[str, str], store: FeedbackStore, root: str | None = None,
+                   since_days: float | None = None) -> dict:
+    """Grade the log's answers with `key`; `question_of`: {question text: question id}. The
+    counts: recorded, unchanged (graded before), and not graded because no_text (the log kept no
+    query or answer text), no_answer (no upstream answered), not_in_key, conflict (graded before
+    differently)."""
+    counts = dict.fromkeys(("recorded", "unchanged", "no_text", "no_answer", "not_in_key", "conflict"), 0)
+    for r in read_log(root, since_days, COLUMNS).to_pylist():
+        if r["answered_by"] is None or r["status"] != 200:
+            counts["no_answer"] += 1
+            continue
+        if r["query"] is None or r["answer"] is None:
+            counts["no_text"] += 1
+            continue
+        qid = question_of.get(r["query"].strip())
+        if qid is None or qid not in key:
+            counts["not_in_key"] += 1
+            continue
+        label = key.grade(qid, r["answer"]).label
+        try:
+            counts[store.add(Grade(r["id"], label, "key", r["query_index"] or 0, llm=r["answered_by"],
+                                   space=r["space"], encoder=r["encoder"], embedding=r["embedding"],
+                                   comment=f"answer key: {qid}"))] += 1
+        except Conflict:
+            counts["conflict"] += 1
+    return counts
