@@ -17,16 +17,18 @@ import threading
 
 import numpy as np
 
-from ..learning.explore import DEFAULTS
 from ..learning.online import OnlineState, Outcomes
 from .store import FeedbackStore
 
 log = logging.getLogger("jeirt.learning")
+# chosen on validation categories for this loop, which does not explore (benchmarks/feedback_loop.py,
+# docs/results/learning.md); the exploring learner (learning.explore.DEFAULTS) chose its own
+LOOP_DEFAULTS = {"prior_var": 0.03, "residual_var": 0.0, "evidence": 0.0}
 
 
 class FeedbackLearner:
-    def __init__(self, space, store: FeedbackStore, encoder_id: str, prior_var: float = DEFAULTS["prior_var"],
-                 residual_var: float = DEFAULTS["residual_var"], evidence: float = DEFAULTS["evidence"]):
+    def __init__(self, space, store: FeedbackStore, encoder_id: str, prior_var: float = LOOP_DEFAULTS["prior_var"],
+                 residual_var: float = LOOP_DEFAULTS["residual_var"], evidence: float = LOOP_DEFAULTS["evidence"]):
         self.state = OnlineState(space, prior_var, evidence, residual_var)
         self.store, self.encoder_id = store, encoder_id
         self.index = {n: i for i, n in enumerate(self.state.names)}

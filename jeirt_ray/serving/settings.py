@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..core.renamed import renamed_fields
 from ..encoders import DEFAULT_ENCODER
-from ..learning.explore import DEFAULTS
+from ..feedback.applied import LOOP_DEFAULTS
 from ..routing.decisions import PolicyName
 
 
@@ -110,11 +110,11 @@ class LearningConfig(BaseModel):
                                              "then reads the learned P(correct)")
     poll_s: float = Field(2.0, gt=0, le=300, description="how often each replica reads new feedback (every replica "
                                                          "holds the same state within this)")
-    prior_var: float = Field(DEFAULTS["prior_var"], gt=0, description="how far feedback may move a vector (chosen "
-                                                                      "on validation)")
-    residual_var: float = Field(DEFAULTS["residual_var"], ge=0, description="a per-LLM correction linear in the "
-                                                                            "query's encoder vector (0: none)")
-    evidence: float = Field(DEFAULTS["evidence"], ge=0, description="the training questions' weight in the prior")
+    prior_var: float = Field(LOOP_DEFAULTS["prior_var"], gt=0, description="how far feedback may move a vector "
+                                                                           "(chosen on validation)")
+    residual_var: float = Field(LOOP_DEFAULTS["residual_var"], ge=0, description="a per-LLM correction linear in the query's encoder vector "
+                                                       "(0: none)")
+    evidence: float = Field(LOOP_DEFAULTS["evidence"], ge=0, description="the training questions' weight in the prior")
 
 
 class RouterConfig(BaseModel):
