@@ -83,3 +83,44 @@ def _question_texts(questions: str | None, data: str | None) -> dict[str, str]:
     if missing:
         raise DataError(f"{questions}: no column {missing[0]!r}; the questions file has question_id and text")
     return {str(t).strip(): str(q) for q, t in zip(table["question_id"], table["text"])}
+
+
+def judge(endpoint: str = typer.Option(..., "--endpoint", help="the judge's OpenAI-compatible base URL, e.g. "
+                                                               "https://api.openai.com/v1"),
+          model: str = typer.Option(..., "--model", help="the judge model's name at the endpoint"),
+          api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="the environment variable that holds "
+                                                                                "the endpoint's key (never the key)"),
+          share: float = typer.Option(0.1, "--share", help="the share of logged answers judged (fixed by id)"),
+          rubric: Optional[str] = typer.Option(None, "--rubric", help="a text file with your rubric; it must ask for a "
+                                                                      "last line 'SCORE: N', N from 0 to 10"),
+          price_in: Optional[float] = typer.Option(None, "--price-in", help="the judge's USD per million input tokens"),
+          price_out: Optional[float] = typer.Option(None, "--price-out", help="and output tokens (both or neither)"),
+          decisions: Optional[str] = typer.Option(None, "--decisions", help="the decision log (default "
+                                                  "$JEIRT_HOME/decisions); it must keep texts"),
+          db: Optional[str] = typer.Option(None, "--db", help="the feedback database"),
+          since_days: Optional[float] = typer.Option(None, "--since-days", help="only the last N days of the log")):
+    """Grade a share of the logged answers with an LLM judge (feedback with source `judge`)."""
+    import os
+    from pathlib import Path
+
+    from ..api.endpoint import Endpoint
+    from ..api.judge import RUBRIC, judge_log
+    from ..feedback.store import FeedbackStore
+    with expected_failures(prefix="judge: "):
+        if (price_in is None) != (price_out is None):
+            raise ValueError("give both --price-in and --price-out (USD per million tokens), or neither")
+        key = None
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise ValueError(f"the variable {api_key_env} named by --api-key-env is not set")
+        text = Path(rubric).read_text(encoding="utf-8") if rubric else RUBRIC
+        if "SCORE" not in text:
+            raise ValueError(f"{rubric}: the rubric must ask for a last line 'SCORE: N' (N from 0 to 10)")
+        counts = judge_log(Endpoint(endpoint, model, key), FeedbackStore(db), decisions, share, text, since_days,
+                           None if price_in is None else (price_in, price_out))
+    usd = "" if counts["usd"] is None else f", {counts['usd']:.4f} USD"
+    console.print(f"{counts['judged']} judged: {counts['recorded']} recorded, {counts['unparseable']} unparseable "
+                  f"verdicts, {counts['failed']} failed; {counts['judged_before']} judged before, "
+                  f"{counts['not_sampled']} not sampled, {counts['no_text']} without texts; the judge's "
+                  f"{counts['prompt_tokens'] + counts['completion_tokens']} tokens{usd}", highlight=False, soft_wrap=True)

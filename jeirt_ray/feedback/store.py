@@ -110,6 +110,17 @@ class FeedbackStore:
         return [{**r, "embedding": None if r["embedding"] is None else np.frombuffer(r["embedding"], np.float32).copy()}
                 for r in rows]
 
+    def graded(self, keys: list[str], source: str) -> set[str]:
+        """Which of `keys` ("<id>:<query_index>") have feedback from `source`."""
+        ids = sorted({k.rsplit(":", 1)[0] for k in keys})
+        found: set[str] = set()
+        with self.engine.connect() as c:
+            for i in range(0, len(ids), 500):  # bounded IN lists
+                rows = c.execute(sa.select(_feedback.c.id, _feedback.c.query_index).where(
+                    _feedback.c.source == source, _feedback.c.id.in_(ids[i:i + 500])))
+                found |= {f"{d}:{q}" for d, q in rows}
+        return found & set(keys)
+
     def count(self) -> int:
         with self.engine.connect() as c:
             return int(c.execute(sa.select(sa.func.count()).select_from(_feedback)).scalar())
