@@ -236,3 +236,55 @@ def test_replicas_learning_from_the_feedback_store_hold_one_state_and_a_restart_
     after = a.predict_proba(x)
     assert (after[:, 2] < before).mean() > 0.9
     np.testing.assert_allclose(np.delete(after, 2, 1), np.delete(space.predict_proba(x), 2, 1), atol=1e-5)
+
+
+def test_jeirt_learn_promotes_only_what_held_out_grades_show_better(world, tmp_path):
+    """The real labels of the held-out category, graded: the challenger predicts held-out grades
+    better and becomes @champion; grades drawn from the champion's own predictions show nothing
+    better, so that challenger only gets @challenger; too few grades are refused, naming the fix."""
+    from typer.testing import CliRunner
+
+    from jeirt_ray.api.learn import learn
+    from jeirt_ray.cli.main import app
+    from jeirt_ray.feedback import FeedbackStore, Grade, new_id
+    from jeirt_ray.feedback.applied import FeedbackLearner
+    from jeirt_ray.tracking.registry import SpaceRegistry
+
+    from .conftest import registry_env
+    space, prep = world["space"], world["prep"]
+    data = prep.data
+    rows = np.flatnonzero(np.isin(data.benchmarks, world["held"]))
+    labels = data.label_matrix(rows)
+    rng = np.random.default_rng(0)
+    with registry_env(tmp_path):
+        reg = SpaceRegistry()
+        reg.promote("fb", reg.register(space, "fb"), "champion")
+        url = f"sqlite:///{tmp_path / 'real.db'}"
+        store = FeedbackStore(url)
+        for i, q in enumerate(rows):  # every LLM's answer to each question, graded
+            for k in np.flatnonzero(~np.isnan(labels[i])):
+                store.add(Grade(new_id(), float(labels[i, k]), "key", llm=space.model_names[k],
+                                encoder=space.encoder_id, embedding=prep.X[q]))
+        out = learn("models:/fb@champion", feedback_url=url)
+        assert out["promoted"] and out["alias"] == "champion" and out["log_loss_gain_ci95"][0] > 0, out
+        assert str(reg.resolve("models:/fb@champion").version) == out["registered"].rsplit("/", 1)[1]
+        promoted = reg.load("models:/fb@champion")
+        assert promoted.metadata["feedback_seq"] == store.count()  # replicas serving it start after these
+        assert FeedbackLearner(promoted, store, space.encoder_id).poll() == 0
+
+        url = f"sqlite:///{tmp_path / 'calibrated.db'}"
+        store = FeedbackStore(url)
+        p = space.predict_proba(prep.X[rows])
+        for i, q in enumerate(rows):
+            for k in range(len(space.model_names)):
+                store.add(Grade(new_id(), float(rng.random() < p[i, k]), "user", llm=space.model_names[k],
+                                encoder=space.encoder_id, embedding=prep.X[q]))
+        out = learn("models:/fb/1", register="fb", feedback_url=url)
+        assert not out["promoted"] and out["alias"] == "challenger"
+        assert str(reg.resolve("models:/fb@champion").version) != out["registered"].rsplit("/", 1)[1]
+
+        few = FeedbackStore(f"sqlite:///{tmp_path / 'few.db'}")
+        few.add(Grade(new_id(), 1.0, llm=space.model_names[0], encoder=space.encoder_id, embedding=prep.X[0]))
+        run = CliRunner().invoke(app, ["learn", "--space", "models:/fb/1", "--db",
+                                       f"sqlite:///{tmp_path / 'few.db'}"])
+        assert run.exit_code == 2 and "1 usable grades" in run.output and "collect more feedback" in run.output

@@ -124,3 +124,21 @@ def judge(endpoint: str = typer.Option(..., "--endpoint", help="the judge's Open
                   f"verdicts, {counts['failed']} failed; {counts['judged_before']} judged before, "
                   f"{counts['not_sampled']} not sampled, {counts['no_text']} without texts; the judge's "
                   f"{counts['prompt_tokens'] + counts['completion_tokens']} tokens{usd}", highlight=False, soft_wrap=True)
+
+
+def learn(space: str = typer.Option(..., "--space", help="the champion, models:/NAME@champion"),
+          since_days: float = typer.Option(7.0, "--since-days", help="the grades of the last N days"),
+          register: Optional[str] = typer.Option(None, "--register", help="register the challenger under this name "
+                                                                          "(default: the space's)"),
+          db: Optional[str] = typer.Option(None, "--db", help="the feedback database (default JEIRT_FEEDBACK_URL, "
+                                                              "else SQLite at $JEIRT_HOME/feedback.db)")):
+    """Learn a challenger from the feedback, register it, and move @champion to it only when the
+    held-out grades show it better (else @challenger); the evidence is in the version's tags."""
+    from ..api.learn import learn as learn_job
+    with expected_failures(prefix="learn: "):
+        out = learn_job(space, since_days, register, db)
+    lo, hi = out["log_loss_gain_ci95"]
+    verdict = "[green]promoted to @champion[/green]" if out["promoted"] else "[yellow]@challenger (not shown better)[/yellow]"
+    console.print(f"{out['registered']}: learned {out['grades_learned']} grades, held out {out['grades_held_out']}; "
+                  f"log-loss gain {out['log_loss_gain']:+.4f} [{lo:+.4f}, {hi:+.4f}]; {verdict}", highlight=False,
+                  soft_wrap=True)

@@ -15,7 +15,7 @@ from ..core import logs
 from ..core.secrets import redact
 from ..routing.decisions import DEFAULT_TOP_K, POLICIES as POLICY_NAMES
 from .data import data_app, registry_app
-from .feedback import feedback, grade, judge
+from .feedback import feedback, grade, judge, learn
 from .keys import keys_app
 from .onboard import onboard_app
 from .output import console, expected_failures, results_table
@@ -29,6 +29,7 @@ app.add_typer(onboard_app, name="onboard")
 app.command("feedback")(feedback)
 app.command("grade")(grade)
 app.command("judge")(judge)
+app.command("learn")(learn)
 
 DataOpt = typer.Option(None, "--data", help="dataset folder (long format, EmbedLLM CSVs, harness or HELM output); "
                                             "default: the embedded SYNTHETIC dataset")

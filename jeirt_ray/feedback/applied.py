@@ -5,7 +5,8 @@ the router reads the learned P(correct).
 Every replica reads the same rows in the same order, one outcome at a time from the same
 starting state (the served version's vectors), so every replica holds the same state once it
 has read the same rows: within one `poll_s` of a row's arrival. A replica that starts, or a
-version that starts serving, replays every applicable row: the feedback store is the saved state.
+version that starts serving, replays every applicable row after the version's `feedback_seq`
+(what `jeirt learn` learned into it; 0 otherwise): the feedback store is the saved state.
 A row applies when its query was encoded by the served encoder and it grades an LLM of the space
 (others are counted as skipped).
 """
@@ -32,7 +33,8 @@ class FeedbackLearner:
         self.state = OnlineState(space, prior_var, evidence, residual_var)
         self.store, self.encoder_id = store, encoder_id
         self.index = {n: i for i, n in enumerate(self.state.names)}
-        self.seq = 0  # the last row read
+        self.seq = int(space.metadata.get("feedback_seq", 0))  # the last row read (a version `jeirt learn`
+        # registered has learned the rows up to its feedback_seq)
         self.counts = {"applied": 0, "skipped": 0}
         self._theta = [t.copy() for t in self.state.theta]  # what predictions read: replaced whole, never mutated
         self._lock = threading.Lock()  # one poll at a time
