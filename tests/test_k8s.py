@@ -34,8 +34,22 @@ def test_every_manifest_and_serve_config_validates(crds):
     assert {k for k in report if k.startswith("k8s/ray-")} >= {
         "k8s/ray-job.encode.yaml#0:RayJob/jeirt-encode", "k8s/ray-job.train.yaml#0:RayJob/jeirt-train",
         "k8s/ray-job.tune.yaml#0:RayJob/jeirt-tune", "k8s/ray-service.router.yaml#0:RayService/jeirt-router",
-        "k8s/ray-cluster.dev.yaml#0:RayCluster/jeirt-dev"}
+        "k8s/ray-cluster.dev.yaml#0:RayCluster/jeirt-dev", "k8s/ray-cronjob.learn.yaml#0:RayCronJob/jeirt-learn"}
     assert {k: v for k, v in report.items() if v} == {}
+
+
+def test_the_nightly_learning_job_is_checked_as_any_ray_manifest(crds):
+    """The RayCronJob's Ray cluster sits under spec.jobTemplate: its schema, its pods' hardening and
+    its Ray version are checked there."""
+    doc = _doc("ray-cronjob.learn.yaml")
+    assert "jeirt learn --space models:/jeirt-router@champion" in doc["spec"]["jobTemplate"]["entrypoint"]
+    bad = copy.deepcopy(doc)
+    bad["spec"]["jobTemplate"]["shutdownAfterJobFinish"] = True  # typo
+    assert any("shutdownAfterJobFinish" in e for e in validate_doc(bad, crds))
+    head = bad["spec"]["jobTemplate"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    head["securityContext"]["runAsNonRoot"] = False
+    assert check_hardening(bad) == ["spec.jobTemplate.rayClusterSpec.headGroupSpec.template.spec.securityContext."
+                                    "runAsNonRoot: must be true"]
 
 
 def test_ray_service_serves_the_production_config():

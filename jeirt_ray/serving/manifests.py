@@ -1,8 +1,8 @@
 """Static checks of the Kubernetes manifests (k8s/) and Serve configs (deployments/).
 
 No cluster is needed: core kinds are validated against the Kubernetes OpenAPI schemas bundled
-by `kubernetes-validate` (strict: unknown fields are errors); RayJob, RayService and RayCluster
-against the KubeRay CRDs' OpenAPI schemas, made strict the same way (an unknown field is an
+by `kubernetes-validate` (strict: unknown fields are errors); RayJob, RayCronJob, RayService and
+RayCluster against the KubeRay CRDs' OpenAPI schemas, made strict the same way (an unknown field is an
 error; a required field that has a default may be omitted, as the API server fills it in);
 every Serve config against Ray's own ServeDeploySchema plus a check for unknown keys (which
 that schema silently ignores); the Ray versions of pyproject.toml, the image and every
@@ -20,7 +20,10 @@ from pathlib import Path
 import yaml
 
 K8S_VERSION = "1.33.0"
-CRD_KINDS = {"RayCluster", "RayJob", "RayService"}
+# where each KubeRay kind holds its Ray cluster's spec, under `spec`
+CLUSTER_AT = {"RayCluster": (), "RayJob": ("rayClusterSpec",), "RayService": ("rayClusterConfig",),
+              "RayCronJob": ("jobTemplate", "rayClusterSpec")}
+CRD_KINDS = set(CLUSTER_AT)
 
 
 def load_docs(path: Path) -> list[dict]:
@@ -95,10 +98,10 @@ def pod_specs(doc: dict) -> dict[str, dict]:
     spec, kind = doc.get("spec", {}), doc.get("kind")
     if kind in ("Deployment", "StatefulSet", "Job", "DaemonSet"):
         return {"spec.template.spec": spec.get("template", {}).get("spec", {})}
-    if kind not in CRD_KINDS:
+    found = cluster_spec(doc)
+    if found is None:
         return {}
-    key = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}.get(kind)
-    cluster, base = (spec.get(key, {}), f"spec.{key}") if key else (spec, "spec")
+    base, cluster = found
     out = {f"{base}.headGroupSpec.template.spec": cluster.get("headGroupSpec", {}).get("template", {}).get("spec", {})}
     for i, group in enumerate(cluster.get("workerGroupSpecs", [])):
         out[f"{base}.workerGroupSpecs[{i}].template.spec"] = group.get("template", {}).get("spec", {})
@@ -136,10 +139,14 @@ PUBLIC_PORTS = {8000}  # Serve's HTTP proxy
 
 
 def cluster_spec(doc: dict) -> tuple[str, dict] | None:
-    """(where, the Ray cluster spec) of a RayCluster, RayJob or RayService; None for other kinds."""
+    """(where, the Ray cluster spec) of a KubeRay kind (CLUSTER_AT); None for other kinds."""
+    path = CLUSTER_AT.get(doc.get("kind"))
+    if path is None:
+        return None
     spec = doc.get("spec") or {}
-    return {"RayCluster": ("spec", spec), "RayJob": ("spec.rayClusterSpec", spec.get("rayClusterSpec") or {}),
-            "RayService": ("spec.rayClusterConfig", spec.get("rayClusterConfig") or {})}.get(doc.get("kind"))
+    for key in path:
+        spec = spec.get(key) or {}
+    return ".".join(("spec", *path)), spec
 
 
 def check_ray_auth(doc: dict) -> list[str]:
@@ -288,10 +295,9 @@ def ray_versions(root: Path) -> dict[str, str]:
     found["k8s/Containerfile"] = arg.group(1) if arg else "missing"
     for path in sorted((root / "k8s").glob("*.yaml")):
         for doc in load_docs(path):
-            spec = doc.get("spec", {})
-            cluster = spec.get("rayClusterSpec") or spec.get("rayClusterConfig") or spec
-            if doc.get("kind") in CRD_KINDS:
-                found[f"k8s/{path.name}:{doc['metadata']['name']}"] = str(cluster.get("rayVersion", "missing"))
+            cluster = cluster_spec(doc)
+            if cluster is not None:
+                found[f"k8s/{path.name}:{doc['metadata']['name']}"] = str(cluster[1].get("rayVersion", "missing"))
     return found
 
 
