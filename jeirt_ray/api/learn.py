@@ -4,7 +4,8 @@ and promoted to `@champion` only when held-out logged traffic shows it better.
     jeirt learn --space models:/NAME@champion --since-days 7 [--register NAME]
 
 The grades of the last `since_days` (the feedback store: each with the LLM graded and the
-query's encoder vector) are split by decision id: 80% learned, 20% held out. The challenger is
+query's encoder vector), read in chunks, are split by decision id: 80% learned, 20% held out
+(the first `max_held` of them kept for the comparison, so memory does not grow with the log). The challenger is
 the champion with each LLM's vector moved by the learned grades (the replicas' online update,
 feedback/applied.py, in arrival order: the same vectors a replica would hold). On the held-out
 grades, each space predicts the graded LLM's P(correct): the challenger is promoted when its
@@ -29,10 +30,11 @@ from ..learning import OnlineState, Outcomes, evaluate_policy, one_hot
 from ..tracking.registry import SpaceRegistry
 
 MIN_GRADES = 50  # fewer learned or held-out grades than this say nothing either way
+MAX_HELD = 200_000  # held-out grades kept for the comparison (the first ones; the rest are counted)
 
 
 def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, feedback_url: str | None = None,
-          holdout: float = 0.2, registry: SpaceRegistry | None = None) -> dict:
+          holdout: float = 0.2, registry: SpaceRegistry | None = None, max_held: int = MAX_HELD) -> dict:
     """Learn, evaluate, register and (when shown better) promote; the report."""
     registry = registry or SpaceRegistry()
     champion = registry.resolve(space_uri)
@@ -40,37 +42,49 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
     space = registry.load(space_uri)
     start = int(space.metadata.get("feedback_seq", 0))  # what this version learned already
     cutoff = time.time() - since_days * 86400
-    rows = [r for r in _all(FeedbackStore(feedback_url), start) if r["time"] >= cutoff]
     index = {n: i for i, n in enumerate(space.model_names)}
-    usable = [r for r in rows if r["llm"] in index and r["embedding"] is not None
-              and r["encoder"] == space.encoder_id and len(r["embedding"]) == space.in_dim]
-    held = np.array([int(r["id"][-8:], 16) < holdout * 2**32 for r in usable], dtype=bool)
-    n_learn, n_held = int((~held).sum()), int(held.sum())
+    state = OnlineState(space, **LOOP_DEFAULTS)
+    held_x, held_llm, held_y = [], [], []
+    n_rows = n_learn = n_held = 0
+    last = start
+    for chunk in _chunks(FeedbackStore(feedback_url), start):  # streamed: memory holds the held-out sample only
+        last = chunk[-1]["seq"]
+        for r in chunk:
+            if r["time"] < cutoff:
+                continue
+            n_rows += 1
+            if r["llm"] not in index or r["embedding"] is None or r["encoder"] != space.encoder_id \
+                    or len(r["embedding"]) != space.in_dim:
+                continue
+            if int(r["id"][-8:], 16) < holdout * 2**32:  # held out, by decision id
+                n_held += 1
+                if len(held_y) < max_held:
+                    held_x.append(r["embedding"])
+                    held_llm.append(index[r["llm"]])
+                    held_y.append(r["score"])
+            else:  # one at a time in arrival order, as the replicas apply them
+                n_learn += 1
+                state.update(Outcomes(r["embedding"][None], [index[r["llm"]]], [r["score"]]))
     if min(n_learn, n_held) < MIN_GRADES:
         after = f" after feedback row {start} (what {space_uri} learned already)" if start else ""
-        raise ValueError(f"{len(usable)} usable grades since {since_days:g} days{after} ({len(rows) - len(usable)} of another "
-                         f"encoder or LLM): {n_learn} to learn, {n_held} held out; at least {MIN_GRADES} of each are "
-                         f"needed: collect more feedback or widen --since-days")
-    x = np.stack([r["embedding"] for r in usable])
-    llm = np.array([index[r["llm"]] for r in usable])
-    y = np.array([r["score"] for r in usable])
-    state = OnlineState(space, **LOOP_DEFAULTS)
-    for i in np.flatnonzero(~held):  # one at a time in arrival order, as the replicas apply them
-        state.update(Outcomes(x[i:i + 1], llm[i:i + 1], y[i:i + 1]))
+        raise ValueError(f"{n_learn + n_held} usable grades since {since_days:g} days{after} ({n_rows - n_learn - n_held} "
+                         f"of another encoder or LLM): {n_learn} to learn, {n_held} held out; at least {MIN_GRADES} of "
+                         f"each are needed: collect more feedback or widen --since-days")
     challenger = state.learned_space()
-    challenger.metadata["feedback_seq"] = int(max(r["seq"] for r in rows))
+    challenger.metadata["feedback_seq"] = int(last)
+    x, llm, y = np.stack(held_x), np.array(held_llm), np.array(held_y)
 
-    h = np.flatnonzero(held)
-    p_champion, p_challenger = space.predict_proba(x[h]), challenger.predict_proba(x[h])
-    gain = _log_loss(p_champion[np.arange(len(h)), llm[h]], y[h]) - _log_loss(p_challenger[np.arange(len(h)), llm[h]],
-                                                                              y[h])
+    p_champion, p_challenger = space.predict_proba(x), challenger.predict_proba(x)
+    rows = np.arange(len(y))
+    gain = _log_loss(p_champion[rows, llm], y) - _log_loss(p_challenger[rows, llm], y)
     interval = paired_ci(gain, np.zeros_like(gain))
     better = bool(interval[0] > 0)
     value = {}
     for k, p in (("champion", p_champion), ("challenger", p_challenger)):
-        e = evaluate_policy(llm[h], np.ones(len(h)), y[h], one_hot(p.argmax(1), p.shape[1]))
+        e = evaluate_policy(llm, np.ones(len(y)), y, one_hot(p.argmax(1), p.shape[1]))
         value[k] = {"ips": e["ips"], "ips_ci95": e["ips_ci95"], "same_choice_as_logged": e["mean_weight"]}
     evidence = {"champion": f"{champion.name}/{champion.version}", "grades_learned": n_learn, "grades_held_out": n_held,
+                "grades_compared": len(y),
                 "log_loss_gain": float(gain.mean()), "log_loss_gain_ci95": [float(v) for v in interval],
                 "greedy_value_ips": value, "since_days": since_days, "feedback_seq": challenger.metadata["feedback_seq"]}
     challenger.metadata["learned_from_feedback"] = evidence
@@ -81,12 +95,11 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
     return {"registered": f"models:/{name}/{version}", "alias": alias, "promoted": better, **evidence}
 
 
-def _all(store: FeedbackStore, after: int) -> list[dict]:
-    out, seq = [], after
-    while rows := store.since(seq, 10_000):
-        out += rows
+def _chunks(store: FeedbackStore, after: int, size: int = 10_000):
+    seq = after
+    while rows := store.since(seq, size):
+        yield rows
         seq = rows[-1]["seq"]
-    return out
 
 
 def _log_loss(p: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -1,0 +1,86 @@
+"""How `jeirt learn` scales with the feedback it reads: grades learned per second and the memory
+it holds, measured at two sizes, and the model that extrapolates them to a week at 100 requests
+per second (60.5 M decisions, every one graded: the most there can be).
+
+    python benchmarks/learn_scale.py --out F.json [--rows 20000 80000]
+
+The space: the synthetic generator's 24 LLMs trained on the hashing encoder (384 dimensions, as MiniLM's);
+grades with random vectors and LLMs in a SQLite feedback store; a temporary MLflow registry.
+Time and peak memory (the process's max RSS growth during `learn`) are per run, in the same
+process, largest last.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import resource
+import tempfile
+import time
+
+import numpy as np
+
+from _common import parser, write_json
+from jeirt_ray.data.synthetic import generate
+from jeirt_ray.encoders import HashingEncoder
+from jeirt_ray.experiments.methods import train_space
+from jeirt_ray.experiments.prepare import prepare
+from jeirt_ray.feedback import FeedbackStore, Grade, new_id
+
+WEEK = 7 * 86400 * 100  # decisions in a week at 100 per second
+
+
+def fill(store: FeedbackStore, space, n: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, space.in_dim)).astype(np.float32)
+    llm = rng.integers(len(space.model_names), size=n)
+    for i in range(n):
+        store.add(Grade(new_id(), float(rng.random() < 0.6), "key", llm=space.model_names[llm[i]],
+                        encoder=space.encoder_id, embedding=x[i]))
+
+
+def max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main():
+    ap = parser(__doc__, data=False)
+    ap.add_argument("--rows", nargs="+", type=int, default=[20_000, 80_000])
+    args = ap.parse_args()
+    from jeirt_ray.api.learn import MAX_HELD, learn
+    from jeirt_ray.model.train import TrainConfig
+    from jeirt_ray.tracking.registry import SpaceRegistry
+    data = generate()  # 24 LLMs, 1,200 questions
+    prep = prepare(data, HashingEncoder(384), progress=False)
+    space = train_space(prep, TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=40), members=1, progress=False)
+    runs = []
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home}/mlflow.db"
+        reg = SpaceRegistry()
+        reg.promote("scale", reg.register(space, "scale"), "champion")
+        for n in sorted(args.rows):
+            url = f"sqlite:///{home}/feedback-{n}.db"
+            fill(FeedbackStore(url), space, n)
+            gc.collect()
+            before = max_rss_mb()
+            start = time.perf_counter()
+            out = learn("models:/scale/1", register="scale", feedback_url=url, registry=reg)
+            seconds = time.perf_counter() - start
+            runs.append({"rows": n, "seconds": seconds, "grades_per_s": n / seconds,
+                         "max_rss_growth_mb": max_rss_mb() - before, "grades_learned": out["grades_learned"],
+                         "grades_compared": out["grades_compared"]})
+            print(runs[-1], flush=True)
+    small, large = runs[0], runs[-1]
+    per_grade_s = (large["seconds"] - small["seconds"]) / (large["rows"] - small["rows"])
+    held_bytes = MAX_HELD * (space.in_dim * 4 + 200)  # the held-out sample at its cap: a vector and a row each
+    model = {"seconds_per_grade": per_grade_s, "fixed_seconds": small["seconds"] - per_grade_s * small["rows"],
+             "week_at_100_rps_decisions": WEEK, "week_hours_one_process": per_grade_s * WEEK / 3600,
+             "memory_bound_mb": held_bytes / 2**20 + large["max_rss_growth_mb"],
+             "note": "time grows with the grades (one update each, in order); memory does not (chunks of 10,000 "
+                     "rows and at most MAX_HELD held-out grades)"}
+    print(model)
+    write_json(args.out, {"encoder": "hashing-384", "llms": len(space.model_names), "runs": runs, "model": model})
+
+
+if __name__ == "__main__":
+    main()
