@@ -210,7 +210,7 @@ def test_the_gateway_prices_an_answer_by_its_usage(space, data):
                                 / 1e6)
     assert answer_cost(router, llm, None) is None and answer_cost(router, "unknown", {"prompt_tokens": 1}) is None
     (decision,) = router.route(space.question_embeddings[:1], texts=space.question_texts[:1], policy="most_likely")
-    routing, _ = routing_of(decision, "demo/1", None)
+    routing, _ = routing_of(decision, "demo/1", None, "0" * 28)
     headers = routing_headers(routing, decision["chosen"], [])
     assert float(headers["x-jeirt-expected-cost"]) == pytest.approx(decision["expected_cost"], rel=1e-6)
 

@@ -40,8 +40,7 @@ class ChatFlow:
                                            "target_share": ctl.target_share, "budget_per_1k": ctl.budget_per_1k,
                                            "ranking": max(16, 4 * config.gateway.max_tries)}, timing, route="chat",
                                          key=key)
-        routing, p_of = routing_of(routed["results"][0], routed["space"], sticky)
-        routing["id"] = routed["id"]
+        routing, p_of = routing_of(routed["results"][0], routed["space"], sticky, routed["id"])
         ranking = routing["ranking"]
         recorder = self.recorder()  # the one of this moment: settings may change while it streams
 

@@ -397,15 +397,16 @@ def reachable_candidates(names: list[str], index: dict, config, requested: list[
     return reachable, candidates
 
 
-def routing_of(decision: dict, space: str, sticky: str | None) -> tuple[dict, dict[str, float]]:
-    """(what a chat answer says of its routing, p_correct per scored LLM): the policy's ranking,
-    with a conversation's earlier LLM first where it is still allowed."""
+def routing_of(decision: dict, space: str, sticky: str | None, decision_id: str) -> tuple[dict, dict[str, float]]:
+    """(what a chat answer says of its routing, p_correct per scored LLM): the decision's id (the
+    decision log's), the policy's ranking, with a conversation's earlier LLM first where it is
+    still allowed."""
     ranking = decision["ranking"]
     p_of = {s["model"]: s["p_correct"] for s in decision["scores"]}
     if sticky in p_of:
         ranking = [sticky] + [r for r in ranking if r != sticky]
     cost_of = {s["model"]: s.get("cost") for s in decision["scores"]}
-    routing = {"chosen": ranking[0], "p_correct": p_of[ranking[0]], "policy": decision["policy"], "space": space,
+    routing = {"id": decision_id, "chosen": ranking[0], "p_correct": p_of[ranking[0]], "policy": decision["policy"], "space": space,
                "ranking": ranking, "sticky": sticky is not None, "scores": decision["scores"][:5],
                "expected_cost": cost_of.get(ranking[0])}
     return routing, p_of
