@@ -286,7 +286,8 @@ def test_a_client_that_leaves_mid_stream_is_still_charged(ups):
         await gw.close()
         return seen
     seen = run(go())
-    assert len(seen) == 2 and all(t.startswith("trickle answers:") for t in seen)
+    # what the trickling upstream had sent when the client left (on a loaded machine, maybe its first word)
+    assert len(seen) == 2 and all(t.startswith("trickle") for t in seen)
 
 
 def test_the_stream_meter_keeps_events_whole_across_chunks():
