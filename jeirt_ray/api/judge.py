@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from ..feedback.graders import COLUMNS, read_log
+from ..feedback.log import in_share as sampled
 from ..feedback.store import Conflict, FeedbackStore, Grade
 from .endpoint import Endpoint
 
@@ -36,11 +37,6 @@ def parse_verdict(text: str | None) -> float | None:
     if len(found) != 1 or int(found[0]) > 10:
         return None
     return int(found[0]) / 10
-
-
-def sampled(decision_id: str, share: float) -> bool:
-    """Whether a decision is in the judged share: fixed by its id's random bits."""
-    return int(decision_id[-8:], 16) < share * 2**32
 
 
 def judge_log(endpoint: Endpoint, store: FeedbackStore, root: str | None = None, share: float = 0.1,

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..experiments.online_sim import paired_ci
 from ..feedback.applied import LOOP_DEFAULTS
+from ..feedback.log import in_share
 from ..feedback.store import FeedbackStore
 from ..learning import OnlineState, Outcomes, evaluate_policy, one_hot
 from ..tracking.registry import SpaceRegistry
@@ -56,7 +57,7 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
             if r["llm"] not in index or r["embedding"] is None or r["encoder"] != space.encoder_id \
                     or len(r["embedding"]) != space.in_dim:
                 continue
-            if int(r["id"][-8:], 16) < holdout * 2**32:  # held out, by decision id
+            if in_share(r["id"], holdout):  # held out, by decision id
                 n_held += 1
                 if len(held_y) < max_held:
                     held_x.append(r["embedding"])

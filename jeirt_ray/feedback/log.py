@@ -63,6 +63,12 @@ def id_time(decision_id: str) -> float:
     return int(decision_id[:12], 16) / 1000
 
 
+def in_share(decision_id: str, share: float) -> bool:
+    """Whether a decision falls in a share of all decisions, fixed by its id's random bits (the same
+    decisions at every run)."""
+    return int(decision_id[-8:], 16) < share * 2**32
+
+
 def _day(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%Y-%m-%d")
 
