@@ -17,17 +17,26 @@ accuracy within 1 point of joint training (mean over the held-out LLMs); with --
 1 point from 100 responses.
 
     python benchmarks/onboarding.py --adaptive [--data DIR] [--split-seeds 0 1 2]
-        [--responses 10 25 50 100 200] [--prices FILE] --out results/onboarding_adaptive.json
+        [--responses 10 25 50 100 200] [--strategies adaptive mixed random stratified]
+        [--evaluate test|val] [--prices FILE] [--plot F.png] --out results/onboarding_adaptive.json
 
-The issue-35 curve (jeirt_ray/analysis/onboarding_curve.py, response_curve): held-out LLMs are
+The response curve (jeirt_ray/analysis/onboarding_curve.py, response_curve): held-out LLMs are
 the dataset's replayable ones (outputs/<model>.jsonl.gz), its 3 strongest on the training
-questions and 3 more at random, each group left out of its own blind space. Each is onboarded
-from N answers asked adaptively (model/adaptive.py) or in random order, against joint training:
-`curve["<N>"]["adaptive"|"random"]` has gap_to_joint (points of routing accuracy below joint
-training, mean over held-out LLM x split seed), worst_gap, accuracy_mae (points between the
-predicted and the true test accuracy), cost_usd (of the N questions, at the LLM's price).
-Targets: adaptive within 1 point of joint from 50 responses, no LLM worse than 2; MAE <= 2 points
-from 50; adaptive at least as good as random at every N.
+questions (the stronger-LLM case: the space is trained without all three) and 3 more at random,
+each group left out of its own blind space. Each is onboarded from N answers chosen by each
+strategy (model/onboarding_defaults.py: adaptive, mixed, random, stratified; random is always
+run, as the baseline), against joint training. `curve["<N>"]["<strategy>"]` has gap_to_joint
+(points of routing accuracy below joint training, mean over held-out LLM x split seed),
+worst_gap, accuracy_mae (points between the estimated and the true test accuracy; the estimate
+of model/estimate.py) and model_accuracy_mae (the space's prediction alone), interval_coverage
+(share of units whose 90% interval holds the test accuracy), cost_usd (of the N questions, at
+the LLM's price), and the paired differences to random with 95% intervals;
+`curve["<N>"]["default"]` the same for the strategy the default purpose picks;
+`curve_by_group["<group>"]` the same per group of held-out LLMs. Choose settings with
+`--evaluate val` (the validation split); the test split is for the report.
+Targets (issue 45), for the default: accuracy MAE <= 3 points from 50 answers and <= 2 from 100;
+90% intervals covering 85-95% at every N; at least as good as random at every N on the routing
+gap and the accuracy error, better on one at some N <= 50.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.selection import fixed_config
 from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.onboarding import onboard
+from jeirt_ray.model.onboarding_defaults import DEFAULT_PURPOSE, MIXED_ADAPTIVE_FIRST, PURPOSE_STRATEGY, STRATEGIES
 
 
 def main():
@@ -64,6 +74,11 @@ def main():
     ap.add_argument("--prices", help="price table for the cost of the questions (default ../shared/data/prices.csv)")
     ap.add_argument("--evaluate", choices=["test", "val"], default="test",
                     help="with --adaptive: score on the test split, or on validation (to choose a setting)")
+    ap.add_argument("--mixed-first", type=int, default=MIXED_ADAPTIVE_FIRST,
+                    help="with --adaptive: the mixed strategy's adaptive answers before it asks in random order")
+    ap.add_argument("--plot", help="with --adaptive: the curve (routing gap and accuracy error over N) as a PNG")
+    ap.add_argument("--strategies", nargs="+", choices=STRATEGIES,
+                    help="with --adaptive: the strategies compared (default: all; random is the baseline)")
     ap.add_argument("--target", choices=["questions", "accuracy"], default="accuracy",
                     help="with --adaptive: what the adaptive questions aim to pin down (model/adaptive.py)")
     args = ap.parse_args()
@@ -155,6 +170,7 @@ def adaptive_main(args):
     folder = dataset_path(args.data, "mmlu_pro")
     data = load_data(folder)
     responses = tuple(args.responses or (10, 25, 50, 100, 200))
+    strategies = tuple(dict.fromkeys((*(args.strategies or STRATEGIES), "random")))  # random: the baseline
     seeds = args.split_seeds or [args.split_seed]
     costs, cost_note = cost_table(data, folder, args.prices)
     config = fixed_config("jeirt")
@@ -173,37 +189,72 @@ def adaptive_main(args):
             run["train_seconds"][group] = time.perf_counter() - start
             start = time.perf_counter()
             rows = response_curve(prep, joint, blind, held, responses, costs, seed=seed, prior=args.prior,
-                                  evaluate=args.evaluate, target=args.target)
+                                  evaluate=args.evaluate, target=args.target, strategies=strategies,
+                                  adaptive_first=args.mixed_first)
             run.setdefault("curve_seconds", {})[group] = time.perf_counter() - start
             for r in rows:
                 r.update(split_seed=seed, group=group)
                 n = str(min(50, max(responses)))
-                print(f"seed {seed} {group:9s} {r['model']:32s} joint {r['joint_routing_accuracy']:.4f} "
-                      f"adaptive@{n} {r['adaptive'].get(n, {}).get('routing_accuracy', float('nan')):.4f} "
-                      f"random@{n} {r['random'].get(n, {}).get('routing_accuracy', float('nan')):.4f}", flush=True)
+                print(f"seed {seed} {group:9s} {r['model']:32s} joint {r['joint_routing_accuracy']:.4f} true "
+                      f"{r['test_accuracy']:.3f} " + " ".join(
+                          f"{h}@{n} {r[h][n]['routing_accuracy']:.4f}/{r[h][n]['accuracy_error']:.1f}"
+                          for h in strategies if n in r[h]), flush=True)
             units += rows
         runs.append(run)
     curve = summarise_curve(units, responses)
-    at = str(min(50, max(responses)))
-    a = curve[at].get("adaptive", {})
-    targets = {
-        "within_1_point_from_50": a.get("gap_to_joint", np.inf) <= 1.0,
-        "no_llm_worse_than_2_points_at_50": a.get("worst_gap", np.inf) <= 2.0,
-        "accuracy_mae_within_2_points_at_50": a.get("accuracy_mae", np.inf) <= 2.0,
-        "adaptive_not_worse_than_random_at_every_n": all(
-            c["adaptive"]["gap_to_joint"] <= c["random"]["gap_to_joint"] for c in curve.values()
-            if "adaptive" in c and "random" in c),
-        "adaptive_better_at_n_le_50_interval": all(
-            c["adaptive_minus_random_gap"]["ci95"][1] < 0 for n, c in curve.items()
-            if int(n) <= 50 and "adaptive_minus_random_gap" in c)}
+    add_defaults(curve)
+    by_group = {g: add_defaults(summarise_curve([u for u in units if u["group"] == g], responses))
+                for g in dict.fromkeys(u["group"] for u in units)}
+    targets = curve_targets(curve, responses)
     for n, c in curve.items():
-        print(n, {h: {k: round(v, 3) if isinstance(v, float) else v for k, v in c[h].items()}
-                  for h in ("adaptive", "random") if h in c}, flush=True)
+        print(n, {h: {k: round(c[h][k], 3) for k in ("gap_to_joint", "accuracy_mae", "interval_coverage")}
+                  for h in STRATEGIES if h in c}, flush=True)
     write_json(args.out, {"data": data.name, "split_seeds": seeds, "responses": list(responses), "prior": args.prior,
-                          "evaluate": args.evaluate, "target": args.target,
+                          "evaluate": args.evaluate, "target": args.target, "strategies": list(strategies),
+                          "mixed_first": args.mixed_first,
+                          "defaults": dict(PURPOSE_STRATEGY), "default_purpose": DEFAULT_PURPOSE,
                           "members": args.members, "config": config.model_dump(), "costs": cost_note,
-                          "curve": curve, "targets": targets, "runs": runs, "units": units}, quiet=True)
+                          "curve": curve, "curve_by_group": by_group, "targets": targets, "runs": runs,
+                          "units": units}, quiet=True)
     print(json.dumps(targets, indent=1))
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from jeirt_ray.analysis.onboarding_curve import plot_response_curve
+        plot_response_curve(curve, args.plot, plt, title=f"{data.name}: split seeds {seeds}, {args.evaluate} split")
+
+
+def add_defaults(curve: dict) -> dict:
+    """Each N's `default`: the figures of the strategy the default purpose picks, named."""
+    for c in curve.values():
+        how = PURPOSE_STRATEGY[DEFAULT_PURPOSE]
+        if how in c:
+            c["default"] = {**c[how], "strategy": how, "purpose": DEFAULT_PURPOSE,
+                            **{f"minus_random_{m}": c[f"{how}_minus_random_{m}"] for m in ("gap", "accuracy_error")
+                               if f"{how}_minus_random_{m}" in c}}
+    return curve
+
+
+def curve_targets(curve: dict, responses) -> dict:
+    """Issue 45's targets, for the default: accuracy MAE <= 3 points from 50 answers and <= 2
+    from 100; its 90% intervals cover 85-95% at every N; at least as good as random at every N
+    on the routing gap and the accuracy error (the paired interval not above 0), better on one of
+    them at some N <= 50 (the interval below 0)."""
+    d = {n: c["default"] for n, c in curve.items() if "default" in c}
+
+    def at(n, key):
+        return d[n][key] if n in d else None
+    diffs = [(n, m, d[n][f"minus_random_{m}"]["ci95"]) for n in d for m in ("gap", "accuracy_error")
+             if f"minus_random_{m}" in d[n]]
+    return {"default_strategy": PURPOSE_STRATEGY[DEFAULT_PURPOSE],
+            "accuracy_mae_at_50": at("50", "accuracy_mae"), "accuracy_mae_at_100": at("100", "accuracy_mae"),
+            "mae_within_3_at_50": "50" in d and d["50"]["accuracy_mae"] <= 3.0,
+            "mae_within_2_at_100": "100" in d and d["100"]["accuracy_mae"] <= 2.0,
+            "coverage_85_95_every_n": all(0.85 <= c["interval_coverage"] <= 0.95 for c in d.values()),
+            "not_worse_than_random_every_n": all(ci[0] <= 0 for _, _, ci in diffs),
+            "better_than_random_at_n_le_50": any(ci[1] < 0 for n, _, ci in diffs if int(n) <= 50),
+            "default_is_random": PURPOSE_STRATEGY[DEFAULT_PURPOSE] == "random"}
 
 
 if __name__ == "__main__":

@@ -164,6 +164,36 @@ def test_plan_asks_new_questions_within_the_benchmarks_and_stops_on_a_wide_targe
         plan(space, LLM, {"nope": 1.0}, 3)
 
 
+def test_each_strategy_takes_its_random_share_from_one_seeded_order_which_carries_the_correction(world):
+    """`random` takes the next questions of one seeded order, `adaptive` none of them, `mixed`
+    asks adaptively first and then in that order; the answers to the order's prefix are counted
+    as random draws (and move the estimate off the space's own prediction), answers elsewhere are
+    not; the purpose picks the strategy."""
+    from jeirt_ray.model.estimate import sample_order
+    from jeirt_ray.model.onboarding_defaults import MIXED_ADAPTIVE_FIRST, PURPOSE_STRATEGY, random_share
+    space, labels = world["space"], world["labels"]
+    ids = np.asarray(space.question_ids)
+    order = ids[sample_order(np.asarray(space.question_benchmarks), 0)].tolist()
+    assert [q["question_id"] for q in plan(space, LLM, {}, 10, strategy="random").questions] == order[:10]
+    assert all(q["gain"] is None for q in plan(space, LLM, {}, 10, strategy="random").questions)
+    assert all(q["gain"] is not None for q in plan(space, LLM, {}, 10, strategy="adaptive").questions)
+    early = {q: labels[q] for q in order[-(MIXED_ADAPTIVE_FIRST - 1):]}
+    late = early | {order[0]: labels[order[0]]}
+    assert all(q["gain"] is not None for q in plan(space, LLM, early, 10, strategy="mixed").questions)
+    got = [q["question_id"] for q in plan(space, LLM, late, 10, strategy="mixed").questions]
+    assert got == [q for q in order if q not in late][:10]
+    answered = {q: labels[q] for q in order[:40]} | {q: labels[q] for q in ids[:20].tolist()}
+    p = plan(space, LLM, answered, 0, strategy="random").predicted["overall"]
+    assert p["random_answers"] >= 40 and 0 < p["correction_weight"] < 1 and p["accuracy"] != p["model_accuracy"]
+    off_order = plan(space, LLM, {q: labels[q] for q in order[1:41]}, 0).predicted["overall"]
+    assert off_order["random_answers"] == 0 and off_order["correction_weight"] == 0
+    for purpose, strategy in PURPOSE_STRATEGY.items():
+        got = plan(space, LLM, {}, 10, purpose=purpose).questions
+        assert sum(q["gain"] is None for q in got) == round(10 * random_share(strategy, 0)), purpose
+    with pytest.raises(ValueError, match="purpose must be one of route, estimate, both"):
+        plan(space, LLM, {}, 10, purpose="fun")
+
+
 def test_adaptive_questions_narrow_the_interval_faster_than_random_ones(world):
     """What the planner optimises, checked: after the same number of answers (asked in rounds
     of 6, the vector refitted between rounds), the predicted accuracy's interval is narrower for
@@ -284,13 +314,20 @@ def test_a_bad_key_stops_at_once_and_timeouts_are_counted(world, tmp_path, monke
 
 
 def test_a_usd_cap_or_a_narrow_enough_interval_ends_the_run_early(world, tmp_path):
+    from jeirt_ray.model.onboarding_defaults import DEFAULT_PURPOSE, PURPOSE_STRATEGY
     from jeirt_ray.routing.prices import question_costs_of
     prices = (2000.0, 4000.0)
     costs = question_costs_of(world["space"], prices)
     max_usd = 3 * float(np.median(list(costs.values())))
     with ReplayServer(world["data"]) as server:
-        r = _run(world, server, tmp_path / "usd", price_usd_per_mtok=prices, max_usd=max_usd, register=False)
+        # adaptive questions are chosen per dollar; a random draw is taken whatever it costs, or not at all
+        r = _run(world, server, tmp_path / "usd", price_usd_per_mtok=prices, max_usd=max_usd, register=False,
+                 strategy="adaptive")
         assert r["stop_reason"] == "max_usd" and 3 <= r["graded"] < 20
+        assert r["estimated_cost_usd"] <= max_usd
+        r = _run(world, server, tmp_path / "usd-mixed", price_usd_per_mtok=prices, max_usd=max_usd, register=False)
+        assert r["stop_reason"] == "max_usd" and 1 <= r["graded"] < 20
+        assert r["strategy"] == PURPOSE_STRATEGY[DEFAULT_PURPOSE] and r["purpose"] == DEFAULT_PURPOSE
         assert r["estimated_cost_usd"] <= max_usd and r["cost_usd"] > 0
         new = r["new_space"]  # keeps what it was onboarded at, and how long its answers ran (the server's count)
         assert new.metadata["onboarded"][LLM]["price_usd_per_mtok"] == list(prices)
@@ -298,7 +335,7 @@ def test_a_usd_cap_or_a_narrow_enough_interval_ends_the_run_early(world, tmp_pat
         assert new.metadata["answer_tokens"]["per_llm"][new.model_names.index(LLM)] == pytest.approx(answer)
         r = _run(world, server, tmp_path / "wide", target_width=1.0, batch=4, register=False)
         assert r["stop_reason"] == "interval" and r["graded"] == 4  # one batch, then the interval is narrow enough
-    p = world["space"].plan(LLM, {}, 50, price_usd_per_mtok=prices, max_usd=max_usd)
+    p = world["space"].plan(LLM, {}, 50, price_usd_per_mtok=prices, max_usd=max_usd, purpose="route")
     assert sum(q["cost_usd"] for q in p["questions"]) <= max_usd and len(p["questions"]) >= 3
 
 
@@ -410,7 +447,8 @@ def test_an_endpoint_that_trickles_or_answers_too_much_is_cut(tmp_path):
 
 def test_onboarding_has_one_default_per_setting_at_every_door():
     """The CLI's options, the Python functions' keywords and the HTTP request's fields agree on
-    each default (target width, questions per batch, strategy), and old names still work."""
+    each default (target width, questions per batch, purpose, strategy: none, so the purpose's),
+    and old names still work."""
     import inspect
     import warnings
 
@@ -418,7 +456,9 @@ def test_onboarding_has_one_default_per_setting_at_every_door():
 
     from jeirt_ray.api.space import Space
     from jeirt_ray.cli.onboard import onboard_cmd, plan_cmd
-    from jeirt_ray.model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_MAX_ANSWERS, DEFAULT_TARGET_WIDTH
+    from jeirt_ray.model.adaptive import plan as model_plan
+    from jeirt_ray.model.onboarding_defaults import (DEFAULT_BATCH, DEFAULT_MAX_ANSWERS, DEFAULT_PURPOSE,
+                                                     DEFAULT_TARGET_WIDTH)
     from jeirt_ray.serving.schemas import PlanRequest
 
     def defaults(fn):
@@ -433,8 +473,10 @@ def test_onboarding_has_one_default_per_setting_at_every_door():
     assert cli["target_width"] == cli_plan["target_width"] == python["target_width"] == \
         python_plan["target_width"] == http["target_width"] == DEFAULT_TARGET_WIDTH
     assert cli["batch"] == python["batch"] == cli_plan["k"] == python_plan["k"] == http["k"] == DEFAULT_BATCH
+    assert cli["purpose"] == cli_plan["purpose"] == python["purpose"] == python_plan["purpose"] == \
+        http["purpose"] == defaults(model_plan)["purpose"] == DEFAULT_PURPOSE
     assert cli["strategy"] == cli_plan["strategy"] == python["strategy"] == python_plan["strategy"] == \
-        http["strategy"] == "adaptive"
+        http["strategy"] == defaults(model_plan)["strategy"] is None
     assert cli["max_answers"] == DEFAULT_MAX_ANSWERS
     old = PlanRequest(model="m", budget_usd=1.5, price_usd_per_mtok=[1, 2])
     assert old.max_usd == 1.5

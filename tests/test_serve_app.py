@@ -272,7 +272,13 @@ def test_onboard_plan_over_http(service, registry):
     twice = httpx.post(f"{service}/v1/onboard/plan", headers=ADMIN, timeout=60,
                        json={**body, "answered": body["answered"] + body["answered"][:1]})
     assert twice.status_code == 409 and "given twice" in twice.json()["error"]
-    assert "vector_width" in out["predicted"]["overall"]
+    assert {"vector_width", "model_accuracy", "correction_weight", "random_answers"} <= set(out["predicted"]["overall"])
+    from jeirt_ray.model.onboarding_defaults import PURPOSE_STRATEGY, random_share
+    for purpose, strategy in PURPOSE_STRATEGY.items():  # the purpose picks the strategy: its share drawn at random
+        r = httpx.post(f"{service}/v1/onboard/plan", headers=ADMIN, timeout=60, json={**body, "purpose": purpose})
+        assert sum(q["gain"] is None for q in r.json()["questions"]) == round(5 * random_share(strategy, 3)), purpose
+    wrong = httpx.post(f"{service}/v1/onboard/plan", headers=ADMIN, timeout=60, json={**body, "purpose": "fun"})
+    assert wrong.status_code == 422 and "purpose" in wrong.text
 
 
 def test_onboard_promote_is_picked_up_live_and_a_bad_version_is_not(service, registry):

@@ -15,6 +15,7 @@ import numpy as np
 from ..experiments.prepare import Prepared
 from ..model.metrics import binary_metrics
 from ..model.onboarding import onboard
+from ..model.onboarding_defaults import MIXED_ADAPTIVE_FIRST, STRATEGIES, STRATEGY_SHARE, random_share
 from ..model.space import CoreSpace
 
 FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
@@ -103,23 +104,29 @@ def plot_curve(result: dict, path, plt) -> None:
 
 
 ADAPTIVE_BATCH = 5  # questions asked between two refits of the new LLM's vector
-RANDOM_REPEATS = 3  # random orders averaged for the random baseline
+RANDOM_REPEATS = 3  # random orders averaged for the fully random strategies
 
 
 def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: list[str], responses: tuple[int, ...],
                    question_cost: np.ndarray | None = None, seed: int = 0, prior: str = "population",
-                   evaluate: str = "test", target: str = "accuracy") -> list[dict]:
-    """Per held-out LLM (absent from `blind`, present in `joint`) and response count N: the LLM
-    fitted into `blind` from N of its training-split answers, asked adaptively (model/adaptive.py:
-    batches of ADAPTIVE_BATCH, the vector refitted between batches, from no answer) or in random
-    order (RANDOM_REPEATS orders, averaged), against joint training, on its test-split questions:
+                   evaluate: str = "test", target: str = "accuracy",
+                   strategies: tuple[str, ...] = STRATEGIES,
+                   adaptive_first: int = MIXED_ADAPTIVE_FIRST) -> list[dict]:
+    """Per held-out LLM (absent from `blind`, present in `joint`), strategy and response count
+    N: the LLM fitted into `blind` from N of its training-split answers, asked in batches of
+    ADAPTIVE_BATCH (the vector refitted between batches, from no answer), a share of each batch
+    (model/onboarding_defaults.py `random_share`) drawn in a seeded random order (`stratified`: by benchmark; model/estimate.py)
+    and the rest adaptively (model/adaptive.py); fully random strategies average RANDOM_REPEATS
+    orders. Against joint training, on its test-split questions:
 
     - `routing_accuracy`: routing the test questions by argmax P(correct) among the blind space's
       trained LLMs plus this one, and `joint_routing_accuracy`, the joint space routing among the same LLMs;
     - `prediction_accuracy` (and `joint_prediction_accuracy`): how well its P(correct) predicts its
       own test answers;
-    - `accuracy_error`: |its predicted accuracy (mean P over its test questions) - its test
-      accuracy|, overall and per benchmark (`benchmark_errors`); `interval_covers`: whether the
+    - `accuracy_error`: |its estimated accuracy on its test questions (model/estimate.py: the
+      space's mean P corrected by the random answers' cross-fitted residuals) - its test
+      accuracy|, overall and per benchmark (`benchmark_errors`); `model_accuracy_error`: the same
+      for the space's mean P alone; `correction_weight`, `random_answers`; `interval_covers`: whether the
       90% interval of that prediction as `jeirt onboard` reports it (model/adaptive.py: the
       vector's posterior and the blind space's own error), widened by the binomial noise of the
       test sample, holds the test accuracy; `vector_covers`: the same for the vector's interval
@@ -134,7 +141,8 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     such as the selection's `target`, model/adaptive.py)."""
     from ..model.adaptive import (MAX_CANDIDATES, REFERENCE_SAMPLE, accuracy_intervals, belief, select,
                                   stratified_sample)
-    from ..model.onboarding import directions
+    from ..model.estimate import corrections, crossfit_residuals, random_draws, sample_order
+    from ..model.onboarding import directions, member_priors
     from ..routing.outcomes import available_argmax
 
     data = prep.data
@@ -175,30 +183,47 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
                "joint_routing_accuracy": float(np.nanmean(routed)),
                "joint_prediction_accuracy": float(((p_joint_all[seen, joint_col[name]] > 0.5) == (truth > 0.5)).mean()),
                "joint_accuracy_error": abs(float(p_joint_all[seen, joint_col[name]].mean() - truth.mean())) * 100,
-               "adaptive": {}, "random": {}}
+               **{how: {} for how in strategies}}
 
-        def score(fits) -> dict:
+        pool_dirs = directions(blind, prep.X[data.q_idx[pool]])
+        priors = member_priors(blind, name, prior, exclude=heldout)
+        pop_bench = data.benchmarks[test_q[seen]]
+
+        def score(fits, asked_at: np.ndarray, order: np.ndarray) -> dict:
+            """The figures after answers `asked_at` (positions in pool), the random draws among
+            them being the answered prefix of `order` (model/estimate.py)."""
             p_new = np.mean([1 / (1 + np.exp(-(u @ f.theta - n))) for (u, n), f in zip(test_dirs, fits)], axis=0)
-            # the interval as reported (the vector and the space's error), and, to judge it against a
-            # test accuracy measured on a sample, each widened by that sample's binomial noise
+            answered = np.zeros(len(pool), dtype=bool)
+            answered[asked_at] = True
+            draws = random_draws(order, answered)
+            where = {int(p): i for i, p in enumerate(asked_at)}
+            at = np.array([where[int(p)] for p in draws], dtype=int)
+            labels_asked = data.labels[pool[asked_at]].astype(np.float64)
+            resid, p_draws = crossfit_residuals([(u[asked_at], n[asked_at]) for u, n in pool_dirs], labels_asked,
+                                                priors, at, seed=seed)
+            fixes = corrections(resid, p_draws, data.benchmarks[data.q_idx[pool[draws]]], pop_bench)
+            # the interval as reported (the vector, the space's error, the correction), and, to judge it
+            # against a test accuracy measured on a sample, each widened by that sample's binomial noise
             asked = [(u[seen], n[seen]) for u, n in test_dirs]
 
             def binomial_sd(p) -> float:  # of an accuracy measured on questions answered with these P
                 return float(np.sqrt((p * (1 - p)).mean() / len(p)))
             noise = binomial_sd(p_new[seen])
-            shown = accuracy_intervals(asked, fits, seed=seed, error={"overall": space_sd})["overall"]
-            band = accuracy_intervals(asked, fits, seed=seed, error={"overall": np.hypot(space_sd, noise)})["overall"]
+            shown = accuracy_intervals(asked, fits, seed=seed, error={"overall": space_sd}, corrections=fixes)["overall"]
+            band = accuracy_intervals(asked, fits, seed=seed, error={"overall": space_sd}, corrections=fixes,
+                                      noise={"overall": noise})["overall"]
             vector = accuracy_intervals(asked, fits, seed=seed, error={"overall": noise})["overall"]
             # the same per benchmark, each with its own error and noise
             noises = {b: binomial_sd(p_new[seen][bench == b]) for b in dict.fromkeys(bench.tolist())}
-            per = accuracy_intervals(asked, fits, bench, seed=seed, error={"overall": space_sd, "groups": {
-                b: np.hypot(space_sds.get(b, space_sd), v) for b, v in noises.items()}})
+            per = accuracy_intervals(asked, fits, bench, seed=seed, corrections=fixes, noise=noises,
+                                     error={"overall": space_sd, "groups": space_sds})
             choice = available_argmax(np.column_stack([p_blind, p_new]), avail)
-            errors = {b: abs(float(p_new[seen][bench == b].mean() - truth[bench == b].mean())) * 100
-                      for b in dict.fromkeys(bench.tolist())}
+            errors = {b: abs(per[b]["accuracy"] - float(truth[bench == b].mean())) * 100 for b in noises}
             return {"routing_accuracy": float(np.nanmean(labels[np.arange(len(test_q)), choice])),
                     "prediction_accuracy": float(((p_new[seen] > 0.5) == (truth > 0.5)).mean()),
-                    "accuracy_error": abs(float(p_new[seen].mean() - truth.mean())) * 100,
+                    "accuracy_error": abs(band["accuracy"] - truth.mean()) * 100,
+                    "model_accuracy_error": abs(float(p_new[seen].mean() - truth.mean())) * 100,
+                    "correction_weight": band["correction_weight"], "random_answers": int(len(draws)),
                     "interval_covers": float(band["low"] <= truth.mean() <= band["high"]),
                     "vector_covers": float(vector["low"] <= truth.mean() <= vector["high"]),
                     "benchmark_covers": float(np.mean([per[b]["low"] <= truth[bench == b].mean() <= per[b]["high"]
@@ -208,34 +233,38 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
         def cost(rows_asked) -> float | None:
             return None if question_cost is None else float(question_cost[data.q_idx[rows_asked], m].sum())
 
-        pool_dirs = directions(blind, prep.X[data.q_idx[pool]])
-        asked: list[int] = []  # positions in pool
-        free = np.ones(len(pool), dtype=bool)
-        fits = belief(blind, name, None, None, prior, exclude=heldout)
-        while len(asked) < min(top, len(pool)):
-            cand = np.flatnonzero(free)
-            if len(cand) > MAX_CANDIDATES:  # as model.adaptive.plan
-                cand = np.sort(rng.choice(cand, size=MAX_CANDIDATES, replace=False))
-            picked, _ = select([(u[cand], n[cand]) for u, n in pool_dirs], reference, fits,
-                               min(ADAPTIVE_BATCH, top - len(asked)), target=target)
-            asked += cand[picked].tolist()
-            free[cand[picked]] = False
-            rows_asked = pool[asked]
-            fits = belief(blind, name, prep.X[data.q_idx[rows_asked]], data.labels[rows_asked], prior,
-                              exclude=heldout)
-            if len(asked) in responses:
-                row["adaptive"][str(len(asked))] = {**score(fits), "cost_usd": cost(rows_asked)}
-        orders = [rng.permutation(len(pool)) for _ in range(RANDOM_REPEATS)]
-        for n_resp in responses:
-            if n_resp > len(pool):
-                continue
-            runs = []
-            for order in orders:
-                rows_asked = pool[order[:n_resp]]
-                fits = belief(blind, name, prep.X[data.q_idx[rows_asked]], data.labels[rows_asked], prior,
-                              exclude=heldout)
-                runs.append({**score(fits), "cost_usd": cost(rows_asked)})
-            row["random"][str(n_resp)] = _mean_runs(runs)
+        pool_bench = data.benchmarks[data.q_idx[pool]]
+        for how in strategies:
+            repeats = RANDOM_REPEATS if STRATEGY_SHARE[how] == 1 else 1
+            runs: dict[str, list[dict]] = {}
+            for r in range(repeats):
+                order = sample_order(pool_bench, seed * 1000 + r, stratified=how == "stratified")
+                pick_rng = np.random.default_rng((seed, m, r))  # the same candidates for every strategy
+                asked: list[int] = []  # positions in pool
+                free = np.ones(len(pool), dtype=bool)
+                fits = belief(blind, name, None, None, prior, exclude=heldout)
+                while len(asked) < min(top, len(pool)):
+                    k = min(ADAPTIVE_BATCH, top - len(asked))
+                    share = random_share(how, len(asked), adaptive_first)
+                    picked = [int(p) for p in order[free[order]][:int(round(k * share))]]  # the random share
+                    free[picked] = False
+                    if len(picked) < k:
+                        cand = np.flatnonzero(free)
+                        if len(cand) > MAX_CANDIDATES:  # as model.adaptive.plan
+                            cand = np.sort(pick_rng.choice(cand, size=MAX_CANDIDATES, replace=False))
+                        chosen, _ = select([(u[cand], n[cand]) for u, n in pool_dirs], reference, fits,
+                                           k - len(picked), target=target)
+                        picked += cand[chosen].tolist()
+                        free[cand[chosen]] = False
+                    asked += picked
+                    if random_share(how, len(asked), adaptive_first) < 1 or len(asked) in responses:  # random ones need no refit
+                        rows_asked = pool[asked]
+                        fits = belief(blind, name, prep.X[data.q_idx[rows_asked]], data.labels[rows_asked], prior,
+                                      exclude=heldout)
+                    if len(asked) in responses:
+                        runs.setdefault(str(len(asked)), []).append(
+                            {**score(fits, np.array(asked), order), "cost_usd": cost(pool[asked])})
+            row[how] = {n_resp: _mean_runs(v) for n_resp, v in runs.items()}
         rows.append(row)
     return rows
 
@@ -259,15 +288,18 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
     test accuracy; `vector_interval_coverage`: of the vector's interval alone;
     `benchmark_interval_coverage`: of the per-benchmark intervals) and `interval_width`
     (points), `cost_usd` (mean per LLM); `joint_accuracy_mae`, the joint
-    space's own error on the accuracies (a floor for accuracy_mae, the same at every N); and per N the paired difference
-    adaptive - random in gap (negative: adaptive is closer to joint) with a 95% bootstrap
-    interval over units."""
+    space's own error on the accuracies (a floor for accuracy_mae, the same at every N);
+    `model_accuracy_mae` (the space's mean P alone, uncorrected), `correction_weight`; and per N
+    and strategy S the paired differences S - random in gap and accuracy error
+    (`S_minus_random_gap`, `S_minus_random_accuracy_error`; negative: S is better) with 95%
+    bootstrap intervals over units."""
     rng = np.random.default_rng(seed)
+    strategies = [h for h in STRATEGIES if any(h in u for u in units)]
     curve = {}
     for n in responses:
         key, entry = str(n), {}
-        for how in ("adaptive", "random"):
-            have = [u for u in units if key in u[how]]
+        for how in strategies:
+            have = [u for u in units if key in u.get(how, {})]
             if not have:
                 continue
             gap = np.array([(u["joint_routing_accuracy"] - u[how][key]["routing_accuracy"]) * 100 for u in have])
@@ -281,6 +313,8 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
                 "prediction_gap": float(np.mean([(u["joint_prediction_accuracy"] - u[how][key]["prediction_accuracy"])
                                                  * 100 for u in have])),
                 "accuracy_mae": float(np.mean([u[how][key]["accuracy_error"] for u in have])),
+                "model_accuracy_mae": float(np.mean([u[how][key]["model_accuracy_error"] for u in have])),
+                "correction_weight": float(np.mean([u[how][key]["correction_weight"] for u in have])),
                 "benchmark_mae": float(np.mean([e for u in have for e in u[how][key]["benchmark_errors"].values()])),
                 "interval_coverage": float(np.mean([u[how][key]["interval_covers"] for u in have])),
                 "vector_interval_coverage": float(np.mean([u[how][key]["vector_covers"] for u in have])),
@@ -288,28 +322,36 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
                 "interval_width": float(np.mean([u[how][key]["interval_width"] for u in have])),
                 "cost_usd": float(np.mean(costs)) if costs else None, "units": len(have),
                 "joint_accuracy_mae": float(np.mean([u["joint_accuracy_error"] for u in have]))}
-        paired = [u for u in units if key in u["adaptive"] and key in u["random"]]
-        if paired:
+        for how in strategies:
+            paired = [u for u in units if how != "random" and key in u.get(how, {}) and key in u.get("random", {})]
+            if not paired:
+                continue
             for metric, of in (("gap", lambda r: -r["routing_accuracy"] * 100), ("accuracy_error", lambda r: r["accuracy_error"])):
-                d = np.array([of(u["adaptive"][key]) - of(u["random"][key]) for u in paired])
-                boots = d[rng.integers(0, len(d), size=(4000, len(d)))].mean(1)
-                entry[f"adaptive_minus_random_{metric}"] = {
-                    "mean": float(d.mean()), "ci95": [float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))]}
+                d = np.array([of(u[how][key]) - of(u["random"][key]) for u in paired])
+                entry[f"{how}_minus_random_{metric}"] = paired_interval(d, rng)
         curve[key] = entry
     return curve
+
+
+def paired_interval(d: np.ndarray, rng: np.random.Generator) -> dict:
+    """The mean of paired differences with its 95% bootstrap interval."""
+    boots = d[rng.integers(0, len(d), size=(4000, len(d)))].mean(1)
+    return {"mean": float(d.mean()), "ci95": [float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))]}
 
 
 def plot_response_curve(curve: dict, path, plt, title: str = "") -> None:
     """Two panels over N: points below joint training (routing accuracy) and the accuracy MAE."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     ns = [int(k) for k in curve]
-    for how, style in (("adaptive", "s-"), ("random", "o--")):
+    for how, style in (("adaptive", "s-"), ("mixed", "^-"), ("random", "o--"), ("stratified", "v--")):
+        if not any(how in c for c in curve.values()):
+            continue
         for ax, metric in zip(axes, ("gap_to_joint", "accuracy_mae")):
             ys = [curve[str(n)].get(how, {}).get(metric, np.nan) for n in ns]
             ax.plot(ns, ys, style, label=f"{how} questions")
     axes[0].axhline(0, color="k", lw=1, ls=":")
     axes[0].set_ylabel("routing accuracy below joint training (points)")
-    axes[1].set_ylabel("|predicted - true accuracy| (points)")
+    axes[1].set_ylabel("|estimated - true accuracy| (points)")
     for ax in axes:
         ax.set_xscale("log")
         ax.set_xlabel("responses of the new LLM (N)")

@@ -27,7 +27,8 @@ from ..core.secrets import redact
 from ..data.answer_key import AnswerKey
 from ..core.renamed import deprecated, take
 from ..model.adaptive import plan
-from ..model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_MAX_ANSWERS, DEFAULT_TARGET_WIDTH
+from ..model.onboarding_defaults import (DEFAULT_BATCH, DEFAULT_MAX_ANSWERS, DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH,
+                                         check_strategy)
 from ..model.onboarding import onboard
 from ..routing.prices import CHARS_PER_TOKEN, price_pair, question_costs_of, record_onboarded
 from ..tracking.registry import SpaceRegistry
@@ -41,13 +42,12 @@ class OnboardingStopped(RuntimeError):
     """The run stopped before max_answers (too many failed questions); its answers are in the log."""
 
 
-def check_onboarding(max_answers: int, strategy: str, target_width: float, batch: int, max_usd: float | None,
-                     price_usd_per_mtok: tuple[float, float] | None) -> None:
+def check_onboarding(max_answers: int, strategy: str | None, target_width: float, batch: int, max_usd: float | None,
+                     price_usd_per_mtok: tuple[float, float] | None, purpose: str = DEFAULT_PURPOSE) -> None:
     """The settings every door shares (CLI, Python, HTTP), checked before anything is asked."""
     if isinstance(max_answers, bool) or not isinstance(max_answers, int) or max_answers < 1:
         raise ValueError(f"max_answers must be a whole number >= 1, not {max_answers!r}")
-    if strategy not in ("adaptive", "random"):
-        raise ValueError(f"strategy must be adaptive or random, not {strategy!r}")
+    check_strategy(strategy, purpose)
     if not (isinstance(target_width, (int, float)) and 0 <= target_width <= 1):
         raise ValueError(f"target_width must be a number from 0 (never stop early) to 1, not {target_width!r}")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -64,7 +64,8 @@ def default_log(model: str) -> Path:
 
 
 def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey, space: str = "models:/demo@champion",
-                     max_answers: int | None = None, strategy: str = "adaptive", api_key: str | None = None,
+                     max_answers: int | None = None, purpose: str = DEFAULT_PURPOSE, strategy: str | None = None,
+                     api_key: str | None = None,
                      api_key_env: str | None = None, upstream_model: str | None = None, answer_kind: str = "letter",
                      benchmarks: list[str] | None = None, target_width: float = DEFAULT_TARGET_WIDTH,
                      batch: int = DEFAULT_BATCH,
@@ -83,8 +84,10 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     (nothing is registered; the report's `space` holds the new Space). The key is read from
     `api_key`, else the variable `api_key_env`; `upstream_model`: the name the endpoint expects
     (default: `model`). `max_failures`: failed questions (after retries) that stop the run
-    (default: a fifth of `max_answers`, at least 5). `strategy`: "adaptive" (the questions that
-    tell most) or "random". With `price_usd_per_mtok` (the new LLM's input and output prices),
+    (default: a fifth of `max_answers`, at least 5). `purpose`: what the answers are for,
+    "route", "estimate" (the accuracy) or "both"; it picks how the questions are chosen, unless
+    `strategy` names one ("adaptive": those that tell most; "random", "stratified": a seeded
+    random order, by benchmark; "mixed": some of each; model/onboarding_defaults.py). With `price_usd_per_mtok` (the new LLM's input and output prices),
     questions are chosen per dollar of their estimated cost, and `max_usd` caps that estimate over
     the run. `budget`, `adaptive` and `budget_usd` are the old names of `max_answers`, `strategy`
     and `max_usd`."""
@@ -97,7 +100,8 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
         strategy = "adaptive" if adaptive else "random"
     check_base_url(url)
     price_usd_per_mtok = price_pair(price_usd_per_mtok)
-    check_onboarding(max_answers, strategy, target_width, batch, max_usd, price_usd_per_mtok)
+    check_onboarding(max_answers, strategy, target_width, batch, max_usd, price_usd_per_mtok, purpose)
+    strategy = check_strategy(strategy, purpose)
     key = answer_key if isinstance(answer_key, AnswerKey) else AnswerKey.read(answer_key, answer_kind)
     if api_key is None and api_key_env:
         api_key = os.environ.get(api_key_env)
@@ -137,7 +141,8 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
             spent = sum(costs[q] for q in set(graded) | failed_ids) if costs is not None else 0.0
             step = plan(current, model, {q: g.label for q, g in graded.items()}, min(batch, max_answers - len(graded)),
                         strategy=strategy, benchmarks=benchmarks, target_width=target_width, allowed=allowed,
-                        costs=costs, max_usd=None if max_usd is None else max_usd - spent, seed=seed + len(graded))
+                        costs=costs, max_usd=None if max_usd is None else max_usd - spent, seed=seed + len(graded),
+                        order_seed=seed)
             if step.stop and graded:
                 stop_reason = "interval"  # the predicted accuracy is known closely enough
                 break
@@ -181,11 +186,12 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
                      seed=seed)
     new = Space.from_core(fitted.space)
     record_onboarded(new, model, price_usd_per_mtok, _answer_tokens(answers, ids, current))
-    summary = plan(new, model, {q: float(graded[q].label) for q in ids}, 0, benchmarks=benchmarks)
+    summary = plan(new, model, {q: float(graded[q].label) for q in ids}, 0, benchmarks=benchmarks, strategy=strategy,
+                   allowed=gradable - failed_ids, seed=seed, order_seed=seed)
     tokens_in = sum(answers.answered[q].prompt_tokens or len(texts[q]) / 4 for q in ids)
     tokens_out = sum(answers.answered[q].completion_tokens or len(answers.answered[q].output) / 4 for q in ids)
     report = {
-        "model": model, "endpoint": redact(url), "space": str(space), "strategy": strategy,
+        "model": model, "endpoint": redact(url), "space": str(space), "purpose": purpose, "strategy": strategy,
         "graded": len(ids), "correct": int(labels.sum()), "no_answer": sum(g.extracted is None for g in graded.values()),
         "resumed": min(len(resumed), max_answers), "failed": dict(failed), "stop_reason": stop_reason,
         "estimated_cost_usd": None if costs is None else float(sum(costs[q] for q in ids)),

@@ -20,7 +20,7 @@ import pandas as pd
 from ..tracking.registry import SpaceRegistry
 from ..encoders import QuestionEncoder, make_encoder
 from ..core.renamed import deprecated, take
-from ..model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_TARGET_WIDTH
+from ..model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH
 from ..model.space import CoreSpace
 from ..routing.decisions import DEFAULT_TOP_K, PolicyName, RouteDecision
 from ..routing.prices import LLMPrices, PriceTable, price_pair, question_costs_of, record_onboarded, resolve_prices
@@ -190,7 +190,7 @@ class Space(CoreSpace):
         return new
 
     def plan(self, name: str, answered: dict[str, float] | None = None, k: int = DEFAULT_BATCH, *,
-             strategy: str = "adaptive", benchmarks: Sequence[str] | None = None,
+             purpose: str = DEFAULT_PURPOSE, strategy: str | None = None, benchmarks: Sequence[str] | None = None,
              target_width: float = DEFAULT_TARGET_WIDTH, price_usd_per_mtok: tuple[float, float] | None = None,
              max_usd: float | None = None, adaptive: bool | None = None, budget_usd: float | None = None) -> dict:
         """The next `k` of the space's questions to ask a new LLM `name`, given its graded answers
@@ -198,7 +198,9 @@ class Space(CoreSpace):
         (question_id, benchmark, gain, cost_usd), `predicted` (its accuracy overall and per
         benchmark, with 90% intervals that hold the space's own error, and each interval's
         `vector_width`, the part more answers narrow), `interval_width` and `stop` (the vector's
-        part narrower than `target_width`: ask no more). `strategy`: "adaptive" or "random". With
+        part narrower than `target_width`: ask no more). `purpose` ("route", "estimate" or "both")
+        picks how the questions are chosen unless `strategy` names one ("adaptive", "mixed",
+        "random", "stratified"; model/onboarding_defaults.py). With
         the new LLM's `price_usd_per_mtok` (input, output), each question's cost is estimated
         (`routing.prices.question_costs_of`) and the most telling questions per dollar are chosen,
         within `max_usd` when given. `adaptive` and `budget_usd` are the old names of `strategy`
@@ -211,7 +213,7 @@ class Space(CoreSpace):
         prices = price_pair(price_usd_per_mtok)
         if max_usd is not None and prices is None:
             raise ValueError("Space.plan: max_usd needs price_usd_per_mtok (the new LLM's prices)")
-        return plan(self, name, dict(answered or {}), k, strategy=strategy,
+        return plan(self, name, dict(answered or {}), k, strategy=strategy, purpose=purpose,
                     benchmarks=list(benchmarks) if benchmarks else None, target_width=target_width,
                     costs=question_costs_of(self, prices), max_usd=max_usd).to_dict()
 

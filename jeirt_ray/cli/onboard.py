@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ..model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_MAX_ANSWERS, DEFAULT_TARGET_WIDTH
+from ..model.onboarding_defaults import (DEFAULT_BATCH, DEFAULT_MAX_ANSWERS, DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH,
+                                         check_strategy)
 from .output import console, expected_failures
 
 onboard_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
@@ -22,8 +23,11 @@ BenchOpt = typer.Option(None, "--benchmark", help="ask (and predict) only within
 WidthOpt = typer.Option(DEFAULT_TARGET_WIDTH, "--target-width", min=0, max=1, help="stop asking once the vector's "
                         "part of the 90%% interval of the predicted accuracy (what more answers narrow) is narrower "
                         "than this (0: never stop early)")
-StrategyOpt = typer.Option("adaptive", "--strategy", help="adaptive: the questions that tell most about the LLM; "
-                           "random: a seeded random order")
+PurposeOpt = typer.Option(DEFAULT_PURPOSE, "--purpose", help="what the answers are for: route, estimate (its "
+                          "accuracy) or both; picks --strategy")
+StrategyOpt = typer.Option(None, "--strategy", help="how questions are chosen (default: the --purpose's): adaptive "
+                           "(those that tell most about the LLM), random or stratified (a seeded random order, "
+                           "stratified by benchmark), mixed (some of each)")
 OldStrategyOpt = typer.Option(None, "--adaptive/--random", hidden=True, help="old spelling of --strategy")
 PriceInOpt = typer.Option(None, min=0, help="the new LLM's USD per million input tokens (with --price-out)")
 PriceOutOpt = typer.Option(None, min=0, help="its USD per million output tokens (with --price-in)")
@@ -32,13 +36,11 @@ MaxUsdOpt = typer.Option(None, "--max-usd", min=0, help="with the new LLM's pric
 OldMaxUsdOpt = typer.Option(None, "--budget-usd", min=0, hidden=True, help="old spelling of --max-usd")
 
 
-def _strategy(strategy: str, adaptive: Optional[bool]) -> str:
+def _strategy(strategy: Optional[str], adaptive: Optional[bool], purpose: str) -> str:
     if adaptive is not None:
         _renamed("--adaptive/--random", "--strategy adaptive|random")
         return "adaptive" if adaptive else "random"
-    if strategy not in ("adaptive", "random"):
-        raise ValueError(f"--strategy must be adaptive or random, not {strategy!r}")
-    return strategy
+    return check_strategy(strategy, purpose)
 
 
 def _renamed(old: str, new: str) -> None:
@@ -62,10 +64,11 @@ def _prices(prices: Optional[Path], price_in: Optional[float], price_out: Option
 
 def _predicted_table(predicted: dict, title: str) -> Table:
     table = Table(title=title)
-    for col in ("benchmark", "predicted accuracy", "90% interval", "questions"):
+    for col in ("benchmark", "estimated accuracy", "90% interval", "questions", "random answers"):
         table.add_column(col)
     for name, row in sorted(predicted.items(), key=lambda kv: (kv[0] != "overall", kv[0])):
-        table.add_row(name, f"{row['accuracy']:.3f}", f"[{row['low']:.3f}, {row['high']:.3f}]", str(row["questions"]))
+        table.add_row(name, f"{row['accuracy']:.3f}", f"[{row['low']:.3f}, {row['high']:.3f}]", str(row["questions"]),
+                      str(row.get("random_answers", "")))
     return table
 
 
@@ -89,7 +92,8 @@ def onboard_cmd(ctx: typer.Context,
                                                               help="old spelling of --max-answers"),
                 max_usd: Optional[float] = MaxUsdOpt,
                 old_max_usd: Optional[float] = OldMaxUsdOpt,
-                strategy: str = StrategyOpt,
+                purpose: str = PurposeOpt,
+                strategy: Optional[str] = StrategyOpt,
                 adaptive: Optional[bool] = OldStrategyOpt,
                 benchmark: Optional[list[str]] = BenchOpt,
                 target_width: float = WidthOpt,
@@ -131,7 +135,7 @@ def onboard_cmd(ctx: typer.Context,
         try:
             report = onboard_endpoint(
                 endpoint, model, answer_key=answers, space=space, max_answers=max_answers,
-                strategy=_strategy(strategy, adaptive), api_key_env=api_key_env, upstream_model=upstream_model,
+                purpose=purpose, strategy=_strategy(strategy, adaptive, purpose), api_key_env=api_key_env, upstream_model=upstream_model,
                 answer_kind=answer_kind, benchmarks=benchmark, target_width=target_width, batch=batch,
                 concurrency=concurrency, timeout_s=timeout, retries=retries, max_tokens=max_tokens,
                 answer_log=answer_log, price_usd_per_mtok=_prices(prices, price_in, price_out, model),
@@ -169,7 +173,8 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
              answered: Optional[Path] = typer.Option(None, "--answered", help="its graded answers so far: "
                                                      "CSV/Parquet with question_id, label (0-1)"),
              k: int = typer.Option(DEFAULT_BATCH, "-k", "--k", min=1, help="how many questions to plan"),
-             strategy: str = StrategyOpt,
+             purpose: str = PurposeOpt,
+             strategy: Optional[str] = StrategyOpt,
              adaptive: Optional[bool] = OldStrategyOpt,
              benchmark: Optional[list[str]] = BenchOpt,
              target_width: float = WidthOpt,
@@ -190,7 +195,7 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
         if old_max_usd is not None:
             _renamed("--budget-usd", "--max-usd")
             max_usd = old_max_usd
-        strategy = _strategy(strategy, adaptive)
+        strategy = _strategy(strategy, adaptive, purpose)
         prices = _prices(None, price_in, price_out, model)
         if max_usd is not None and prices is None:
             raise ValueError("--max-usd needs --price-in and --price-out (the new LLM's prices)")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .onboarding import RowFit, directions, fit_row, member_priors
-from .onboarding_defaults import DEFAULT_TARGET_WIDTH
+from .onboarding_defaults import DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH, check_strategy, random_share
 from .space import CoreSpace
 
 DEFAULT_LEVEL = 0.9
@@ -133,11 +133,14 @@ def stratified_sample(groups: np.ndarray, size: int, rng: np.random.Generator, l
 
 
 def accuracy_draws(reference: list[tuple[np.ndarray, np.ndarray]], fits: list[RowFit], groups: np.ndarray | None = None,
-                   draws: int = 100, seed: int = 0, sample: np.ndarray | None = None) -> tuple[dict, dict]:
+                   draws: int = 100, seed: int = 0, sample: np.ndarray | None = None,
+                   observed: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict, dict]:
     """(point, samples): the predicted accuracy (mean P(correct), averaged over members) over the
     reference questions, overall and per group label, at the posterior mode, and its values under
     `draws` posterior draws of the vector (the members' draws averaged). With `sample` (indices
-    of the reference), the draws move the mode's accuracy by what they do on the sample."""
+    of the reference), the draws move the mode's accuracy by what they do on the sample.
+    `observed` (indices of the reference, labels): questions already answered count as their
+    labels, in the point and in every draw."""
     rng = np.random.default_rng(seed)
     n = len(reference[0][0])
     sample = np.arange(n) if sample is None else sample
@@ -149,6 +152,9 @@ def accuracy_draws(reference: list[tuple[np.ndarray, np.ndarray]], fits: list[Ro
         p_draw = p_draw + _sigmoid(r[sample] @ thetas - rnorm[sample][:, None])
     p_mode, p_draw = p_mode / len(fits), p_draw / len(fits)
     shift = p_draw - p_mode[sample][:, None]  # (sample, draws)
+    if observed is not None and len(observed[0]):
+        p_mode[observed[0]] = observed[1]
+        shift[np.isin(sample, observed[0])] = 0.0
     point = {"overall": float(p_mode.mean())}
     samples = {"overall": point["overall"] + shift.mean(0)}
     if groups is not None:
@@ -195,25 +201,44 @@ def _error_sd(error: dict | None, group: str) -> float:
 
 
 def accuracy_intervals(reference, fits, groups=None, level: float = DEFAULT_LEVEL, draws: int = 100,
-                       seed: int = 0, sample: np.ndarray | None = None, error: dict | None = None) -> dict[str, dict]:
-    """{"overall" | group: {"accuracy", "low", "high", "questions", "vector_width"}}: the predicted
-    accuracy and its central `level` interval: the posterior of the vector (accuracy_draws) and,
-    with `error` (space_error), the space's own error as independent normal noise.
-    `vector_width`: the width of the interval of the vector's draws alone, the part that more
-    answers narrow."""
-    point, samples = accuracy_draws(reference, fits, groups, draws, seed, sample)
+                       seed: int = 0, sample: np.ndarray | None = None, error: dict | None = None,
+                       observed: tuple[np.ndarray, np.ndarray] | None = None,
+                       corrections: dict | None = None, noise: dict | None = None) -> dict[str, dict]:
+    """{"overall" | group: {"accuracy", "low", "high", "questions", "vector_width",
+    "model_accuracy", "correction_weight"}}: the estimated accuracy and its central `level`
+    interval. The model's part: the posterior of the vector (accuracy_draws; `observed` answers
+    count as their labels) and, with `error` (space_error), the space's own error as independent
+    normal noise; with `corrections` (model/estimate.py: the random answers' mean residual and
+    its variance, per group), the estimate is moved by the correction as far as its variance
+    allows (`combine`). `model_accuracy`: the space's prediction alone; `vector_width`: the width
+    of the interval of the vector's draws alone, the part that more answers narrow. `noise`
+    ({group: sd}): more normal noise added after the correction (to judge the interval against an
+    accuracy measured on a sample, whose own noise neither part knows)."""
+    from .estimate import combine
+    point, samples = accuracy_draws(reference, fits, groups, draws, seed, sample, observed)
     rng = np.random.default_rng(seed + 1)
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     sizes = {"overall": len(reference[0][0])}
+    seen = np.zeros(sizes["overall"], dtype=bool)
+    if observed is not None:
+        seen[observed[0]] = True
+    unobserved = {"overall": 1 - seen.mean()}
     if groups is not None:
-        sizes.update({g: int((groups == g).sum()) for g in point if g != "overall"})
+        for g in point:
+            if g != "overall":
+                sizes[g] = int((groups == g).sum())
+                unobserved[g] = 1 - seen[groups == g].mean()
     out = {}
     for g, vector in samples.items():
         full = (vector[:, None] + rng.normal(0.0, _error_sd(error, g), (len(vector), ERROR_DRAWS))).ravel()
+        estimate, full, weight = combine(point[g], full, (corrections or {}).get(g), unobserved[g], seed)
+        if noise and noise.get(g):
+            full = full + rng.normal(0.0, noise[g], len(full))
         low, high = np.clip(np.quantile(full, q), 0.0, 1.0)
         v_low, v_high = np.quantile(vector, q)
-        out[g] = {"accuracy": point[g], "low": float(low), "high": float(high), "questions": sizes[g],
-                  "vector_width": float(v_high - v_low)}
+        out[g] = {"accuracy": float(np.clip(estimate, 0.0, 1.0)), "low": float(low), "high": float(high),
+                  "questions": sizes[g], "vector_width": float(v_high - v_low), "model_accuracy": point[g],
+                  "correction_weight": float(weight)}
     return out
 
 
@@ -232,23 +257,28 @@ class Plan:
                 "stop": self.stop, "answered": self.answered}
 
 
-def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, strategy: str = "adaptive",
-         benchmarks: list[str] | None = None, costs: dict[str, float] | None = None, max_usd: float | None = None,
-         target_width: float = DEFAULT_TARGET_WIDTH, level: float = DEFAULT_LEVEL, seed: int = 0,
-         prior: str = "population", allowed: set[str] | None = None, target: str = "accuracy") -> Plan:
+def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, strategy: str | None = None,
+         purpose: str = DEFAULT_PURPOSE, benchmarks: list[str] | None = None, costs: dict[str, float] | None = None,
+         max_usd: float | None = None, target_width: float = DEFAULT_TARGET_WIDTH, level: float = DEFAULT_LEVEL,
+         seed: int = 0, prior: str = "population", allowed: set[str] | None = None, target: str = "accuracy",
+         order_seed: int = 0) -> Plan:
     """The next `k` questions of the space (ids of its stored questions) to ask LLM `name`, given
-    its graded answers so far (`answered`: question id -> label in [0, 1]), and its predicted
-    accuracy per benchmark with intervals. `strategy`: "adaptive" (`select`) or "random".
-    `benchmarks`: ask and predict only within these; `allowed`: ask only these question ids (e.g.
-    those an answer key can grade); `costs` (question id -> USD of asking it)
+    its graded answers so far (`answered`: question id -> label in [0, 1]), and its estimated
+    accuracy per benchmark with intervals (model/estimate.py: the space's predictions, the
+    answered questions as answered, corrected by the answers to questions drawn at random).
+    `strategy` (onboarding_defaults.random_share): the share of each batch taken in a random
+    order seeded by `order_seed` (fixed for one onboarding; `stratified`: spread over the
+    benchmarks), the rest `select`ed adaptively; none: the one `purpose` ("route", "estimate" or
+    "both") picks. `benchmarks`: ask and predict only within these; `allowed`: ask only these
+    question ids (e.g. those an answer key can grade); `costs` (question id -> USD of asking it)
     with `max_usd`: spend at most that on the questions planned. The intervals include the
     space's own error where its metadata records it (`accuracy_error`, space_error). `stop` says
     the vector's part of the overall interval is narrower than `target_width`: more answers would
     not narrow it much. `target`: what the adaptive questions aim to pin down (`select`)."""
+    from .estimate import corrections, crossfit_residuals, random_draws, sample_order
+    strategy = check_strategy(strategy, purpose)
     if space.question_embeddings is None or not space.question_ids:
         raise ValueError("this space stores no question embeddings: retrain it with this version of jeirt")
-    if strategy not in ("adaptive", "random"):
-        raise ValueError(f"unknown strategy {strategy!r}: adaptive or random")
     ids = np.asarray(space.question_ids)
     bench = np.asarray(space.question_benchmarks if len(space.question_benchmarks) == len(ids) else [""] * len(ids))
     pos = {q: i for i, q in enumerate(ids.tolist())}
@@ -269,42 +299,63 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     ref_rows = np.flatnonzero(scope)
     reference = directions(space, x[ref_rows])
     sample = stratified_sample(bench[ref_rows], REFERENCE_SAMPLE, rng)
-    predicted = accuracy_intervals(reference, fits, bench[ref_rows] if benchmarks or len(set(bench)) > 1 else None,
-                                   level=level, seed=seed, sample=sample, error=space.metadata.get("accuracy_error"))
+    # the random draws among the answers (the answered prefix of the seeded order over the scope)
+    # and their cross-fitted residuals: the estimate's correction
+    is_done = np.zeros(len(ids), dtype=bool)
+    is_done[done] = True
+    askable = scope & (np.isin(ids, list(allowed)) if allowed is not None else True)
+    order = ref_rows[sample_order(bench[ref_rows], order_seed, stratified=strategy == "stratified")]
+    draws = random_draws(order, is_done, skip=~(askable | is_done))
+    answer_of = {int(r): i for i, r in enumerate(done.tolist())}
+    at = np.array([answer_of[int(r)] for r in draws], dtype=int)
+    fixes = {}
+    if len(draws):
+        resid, p_draws = crossfit_residuals(directions(space, x[done]), labels, member_priors(space, name, prior),
+                                            at, seed=seed)
+        fixes = corrections(resid, p_draws, bench[draws], bench[ref_rows])
+    in_scope = scope[done]
+    observed = (np.searchsorted(ref_rows, done[in_scope]), labels[in_scope])
+    grouped = bench[ref_rows] if benchmarks or len(set(bench)) > 1 else None
+    predicted = accuracy_intervals(reference, fits, grouped, level=level, seed=seed, sample=sample,
+                                   error=space.metadata.get("accuracy_error"), observed=observed, corrections=fixes)
+    for g, v in predicted.items():
+        v["random_answers"] = int(len(draws) if g == "overall" else (bench[draws] == g).sum())
     width = predicted["overall"]["high"] - predicted["overall"]["low"]
-    free = scope.copy()
-    free[done] = False
-    if allowed is not None:
-        free &= np.isin(ids, list(allowed))
+    free = askable & ~is_done
     cand_rows = np.flatnonzero(free)
-    if strategy == "adaptive" and len(cand_rows) > MAX_CANDIDATES:
-        cand_rows = np.sort(rng.choice(cand_rows, size=MAX_CANDIDATES, replace=False))
     cost_of = None
     if costs is not None:
         cost_of = np.array([float(costs.get(q, np.nan)) for q in ids[cand_rows]])
         if np.isnan(cost_of).any():
             raise KeyError(f"no cost for {int(np.isnan(cost_of).sum())} candidate question(s), e.g. "
                            f"{ids[cand_rows][np.isnan(cost_of)][:3].tolist()}")
-    if strategy == "adaptive" and (k == 0 or not len(cand_rows)):
-        picked, gains = [], []
-    elif strategy == "adaptive":
-        at = np.searchsorted(ref_rows, cand_rows)  # the candidates are reference questions: no second forward
-        cand = [(r[at], n[at]) for r, n in reference]
-        picked, gains = select(cand, [(r[sample], n[sample]) for r, n in reference], fits, k, cost_of, max_usd,
-                               target=target)
-    else:
-        order = rng.permutation(len(cand_rows))
-        picked, spent = [], 0.0
-        for i in order:
-            if len(picked) == k:
-                break
-            c = 0.0 if cost_of is None else cost_of[i]
-            if max_usd is None or spent + c <= max_usd:
-                picked.append(int(i))
-                spent += c
-        gains = [float("nan")] * len(picked)
-    questions = [{"question_id": str(ids[cand_rows[i]]), "benchmark": str(bench[cand_rows[i]]),
-                  "gain": None if np.isnan(g) else g, "cost_usd": None if cost_of is None else float(cost_of[i])}
-                 for i, g in zip(picked, gains)]
+    row_cost = dict(zip(cand_rows.tolist(), cost_of.tolist())) if cost_of is not None else {}
+    # the random share: the next askable questions of the order, while they fit in max_usd
+    picked_rows, gains, spent = [], [], 0.0
+    share = random_share(strategy, len(done))
+    for r in order[free[order]][:min(k, int(round(k * share)))]:
+        c = row_cost.get(int(r), 0.0)
+        if max_usd is not None and spent + c > max_usd:
+            break
+        picked_rows.append(int(r))
+        gains.append(float("nan"))
+        spent += c
+    rest = k - len(picked_rows)
+    if share < 1 and rest > 0:
+        keep = ~np.isin(cand_rows, picked_rows)
+        cand, cand_cost = cand_rows[keep], (cost_of[keep] if cost_of is not None else None)
+        if len(cand) > MAX_CANDIDATES:
+            sub = np.sort(rng.choice(len(cand), size=MAX_CANDIDATES, replace=False))
+            cand, cand_cost = cand[sub], (cand_cost[sub] if cand_cost is not None else None)
+        if len(cand):
+            at_ref = np.searchsorted(ref_rows, cand)  # the candidates are reference questions: no second forward
+            chosen, more = select([(r[at_ref], n[at_ref]) for r, n in reference],
+                                  [(r[sample], n[sample]) for r, n in reference], fits, rest, cand_cost,
+                                  None if max_usd is None else max_usd - spent, target=target)
+            picked_rows += cand[chosen].tolist()
+            gains += more
+    questions = [{"question_id": str(ids[r]), "benchmark": str(bench[r]), "gain": None if np.isnan(g) else g,
+                  "cost_usd": row_cost.get(r) if cost_of is not None else None}
+                 for r, g in zip(picked_rows, gains)]
     return Plan(questions, predicted, float(width), bool(predicted["overall"]["vector_width"] <= target_width),
                 int(len(done)))

@@ -271,7 +271,8 @@ class Router:
         def planned():  # in a thread: planning and a first count of the questions' tokens take a second
             costs = None if body.price_usd_per_mtok is None else \
                 question_costs_of(core.space, tuple(body.price_usd_per_mtok), core.question_tokens)
-            return plan(core.space, body.model, answered, body.k, strategy=body.strategy, benchmarks=body.benchmarks,
+            return plan(core.space, body.model, answered, body.k, strategy=body.strategy, purpose=body.purpose,
+                        benchmarks=body.benchmarks,
                         target_width=body.target_width, costs=costs, max_usd=body.max_usd)
         try:
             result = await asyncio.to_thread(planned)

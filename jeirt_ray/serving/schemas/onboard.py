@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from ...core.renamed import renamed_fields
-from ...model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_TARGET_WIDTH
+from ...model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH
 from .common import MAX_RESPONSES, Query, _a_number, exactly_one_of
 
 
@@ -80,7 +80,12 @@ class PlanRequest(BaseModel):
     answered: list[Answered] = Field([], max_length=MAX_RESPONSES, description="its graded answers so far "
                                      "(question ids of the served space)")
     k: int = Field(DEFAULT_BATCH, ge=0, le=1000, description="how many questions to plan")
-    strategy: Literal["adaptive", "random"] = "adaptive"
+    purpose: Literal["route", "estimate", "both"] = Field(DEFAULT_PURPOSE, description="what the answers are "
+                                                          "for: routing, estimating its accuracy, or both; picks "
+                                                          "the strategy")
+    strategy: Literal["adaptive", "mixed", "random", "stratified"] | None = Field(
+        None, description="how questions are chosen (default: the purpose's): adaptive (those that tell most), "
+        "random or stratified (a seeded random order, by benchmark), mixed (some of each)")
     benchmarks: list[str] | None = Field(None, min_length=1, max_length=1000,
                                          description="ask and predict only within these benchmarks")
     target_width: float = Field(DEFAULT_TARGET_WIDTH, ge=0, le=1, description="stop once the vector's part of the 90% interval "
@@ -110,12 +115,19 @@ class PlannedQuestion(BaseModel):
 
 
 class PredictedAccuracy(BaseModel):
-    accuracy: float
-    low: float = Field(description="the 90% interval: the new vector's uncertainty and the space's own error")
+    accuracy: float = Field(description="the estimate: the space's predictions, the answered questions as answered, "
+                                        "corrected by the answers to questions drawn at random")
+    low: float = Field(description="the 90% interval: the new vector's uncertainty, the space's own error and the "
+                                   "correction's noise")
     high: float
     questions: int
     vector_width: float = Field(description="the width of the vector's part of the interval, which more answers "
                                             "narrow")
+    model_accuracy: float = Field(description="the space's prediction alone (mean P(correct), answered questions as "
+                                              "answered)")
+    correction_weight: float = Field(description="how far the random answers' correction moved the estimate (0: "
+                                                 "not at all, 1: all the way)")
+    random_answers: int = Field(description="answers to questions drawn at random, which carry the correction")
 
 
 class PlanResponse(BaseModel):
