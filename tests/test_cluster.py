@@ -327,7 +327,11 @@ def test_serve_load_makes_the_autoscaler_add_a_node_and_idle_removes_it(home):
     """Ray's autoscaler (fake multi-node provider): the head's 1 CPU holds one Router and the
     Onboarder; load from 4 clients makes Serve ask for a second Router, the autoscaler launches a
     worker node and the replica starts there; when the load stops the replica goes and the idle
-    node is removed. No request fails."""
+    node is removed. No request fails. Then `jeirt serve` is sent SIGTERM while a slow chat
+    answer streams: the answer finishes, and the process exits 0."""
+    from .upstream import Upstreams
+    ups = Upstreams()
+    slow = ups.start("slow", "--chunk-delay", "0.3")  # a 10-word answer takes about 3 s
     def autoscaled(app):
         for d in app["deployments"]:
             if d["name"] == "Router":
@@ -336,6 +340,8 @@ def test_serve_load_makes_the_autoscaler_add_a_node_and_idle_removes_it(home):
                                            "upscale_delay_s": 1, "downscale_delay_s": 5,
                                            "metrics_interval_s": 0.5, "look_back_period_s": 2}
             d["ray_actor_options"]["num_cpus"] = 0.5
+            if d["name"] == "Router":
+                d["user_config"]["upstreams"] = {f"synthetic-llm-{i:02d}": slow for i in range(12)}
     _register_space("cluster-autoscale")
     config = local_serve_config(home / "serve.yaml", autoscaled, model="cluster-autoscale", encoder="hashing")
     url = f"http://127.0.0.1:{yaml.safe_load(config.read_text())['http_options']['port']}"
@@ -361,9 +367,23 @@ def test_serve_load_makes_the_autoscaler_add_a_node_and_idle_removes_it(home):
             _wait(lambda: len(_alive_nodes()) == 1, 120, "the idle node removed")
             removed_s = time.time() - stopped
             assert _healthy(url)
+            streamed: dict = {}
+
+            def chat():
+                body = {"model": "auto", "stream": True, "messages": [{"role": "user", "content": "one two three"}]}
+                with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+                    streamed["text"] = "".join(r.iter_text())
+            asking = threading.Thread(target=chat)
+            asking.start()
+            time.sleep(1)
+            proc.terminate()
+            asking.join(60)
+            assert proc.wait(timeout=90) == 0, output_of(proc)[-2000:]
+            assert streamed["text"].rstrip().endswith("data: [DONE]"), streamed
         finally:
             proc.terminate()
             proc.wait(timeout=60)
+            ups.stop()
     total = load.ok + len(load.failed)
     print(f"\n[autoscale serve] load on: node up {node_s:.1f} s, second Router running {replica_s:.1f} s; load off: "
           f"back to 1 Router {down_s:.1f} s, idle node removed {removed_s:.1f} s "

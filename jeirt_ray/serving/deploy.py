@@ -169,5 +169,21 @@ def serve_forever(path: str | Path, model: str | None = None, port: int | None =
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
+    drain(config, announce)
+
+
+def drain(config, announce=print) -> None:
+    """Stop serving without losing the answers in flight: each application is deleted first (its
+    replicas take no new request and finish those they hold, up to each deployment's
+    graceful_shutdown_timeout_s, while Serve's proxy stays up to relay them), then Serve stops."""
     from ray import serve
+    announce("stopping: no new requests; those in flight finish (up to each deployment's "
+             "graceful_shutdown_timeout_s)")
+    started = time.monotonic()
+    for app in config.applications:
+        try:
+            serve.delete(app.name)  # blocks until its replicas are gone
+        except Exception as e:  # the cluster itself may be going: stop anyway
+            log.warning("could not drain %s: %s", app.name, e)
     serve.shutdown()
+    announce(f"stopped after {time.monotonic() - started:.1f} s of draining")
