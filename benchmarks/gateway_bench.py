@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from tests.upstream import Upstreams  # noqa: E402 (the test upstream, launched as a process)
 
 WARMUP = 20
+THREADS = 1  # torch threads of the served encoder (encoder_threads), and of the offline one it is compared with
 
 
 async def measure(url: str, texts: list[str], clients: int, requests: int, headers: dict | None, stream: bool,
@@ -172,8 +173,12 @@ class LiteLLM:
 
 
 def encoder_alone(texts: list[str], name: str) -> dict:
-    """The encoder's own latency for one query (p50 of 100) and its batched throughput offline."""
+    """The encoder's own latency for one query (p50 of 100) and its batched throughput offline,
+    with the served encoder's torch threads."""
+    import torch
+
     from jeirt_ray.encoders import make_encoder
+    torch.set_num_threads(THREADS)
     enc = make_encoder(name)
     enc.encode(texts[:8])
     single = []
@@ -184,7 +189,8 @@ def encoder_alone(texts: list[str], name: str) -> dict:
     batch = texts[:256]
     start = time.perf_counter()
     enc.encode(batch)
-    return {"single_p50_ms": float(np.median(single) * 1000), "batched_qps": len(batch) / (time.perf_counter() - start)}
+    return {"single_p50_ms": float(np.median(single) * 1000), "batched_qps": len(batch) / (time.perf_counter() - start),
+            "threads": THREADS}
 
 
 def jeirt_rows(data_dir, encoder: str, split_seed: int, upstream: str, clients, requests, direct, rows, name: str):
@@ -203,7 +209,7 @@ def jeirt_rows(data_dir, encoder: str, split_seed: int, upstream: str, clients, 
             router["user_config"]["upstreams"] = {n: upstream for n in names}
             router["max_ongoing_requests"] = 256
 
-        with service(home, encoder, threads=1, edit=edit) as url:
+        with service(home, encoder, threads=THREADS, edit=edit) as url:
             ladder(name, f"{url}/v1", texts, clients, requests, {"authorization": f"Bearer {key}"}, direct, rows)
     return texts, len(names)
 
