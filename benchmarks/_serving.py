@@ -117,3 +117,22 @@ def summary(records, concurrency: int) -> dict:
     return {"concurrency": concurrency, "requests": len(records), "failed": int(sum(not r[2] for r in records)),
             "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
             "throughput_rps": len(records) / wall}
+
+
+def keyed_gateway(home: Path, models, upstream: str, **router_config):
+    """(headers, edit): an API key with rate and spend limits in a SQLite key store under
+    `home`, and a Serve-config edit for `service` that requires keys, sends every LLM of
+    `models` to `upstream` and takes 256 requests at once per Router (`router_config`: more
+    user_config settings of the Router)."""
+    from jeirt_ray.serving.keys import KeyStore
+    os.environ["JEIRT_KEYS_URL"] = f"sqlite:///{home}/keys.db"
+    _, key = KeyStore().create("bench", "chat", rpm=10**6, usd_per_day=10**6)
+
+    def edit(raw):
+        app = raw["applications"][0]
+        app["args"]["auth"] = "required"
+        router = next(d for d in app["deployments"] if d["name"] == "Router")
+        router["user_config"]["upstreams"] = {str(n): upstream for n in models}
+        router["user_config"].update(router_config)
+        router["max_ongoing_requests"] = 256
+    return {"authorization": f"Bearer {key}"}, edit

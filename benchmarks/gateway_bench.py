@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from _common import dataset_path, parser, write_json
-from _serving import ROOT, free_port, registered_space, service, test_texts
+from _serving import ROOT, free_port, keyed_gateway, registered_space, service, test_texts
 
 sys.path.insert(0, str(ROOT))
 from tests.upstream import Upstreams  # noqa: E402 (the test upstream, launched as a process)
@@ -197,21 +197,10 @@ def jeirt_rows(data_dir, encoder: str, split_seed: int, upstream: str, clients, 
     """jeirt's gateway on `encoder`: auth required, a key with limits, every LLM on the upstream."""
     data, prep, texts = test_texts(data_dir, encoder, split_seed)
     with registered_space(prep) as home:
-        from jeirt_ray.serving.keys import KeyStore
-        os.environ["JEIRT_KEYS_URL"] = f"sqlite:///{home}/keys.db"
-        _, key = KeyStore().create("bench", "chat", rpm=10**6, usd_per_day=10**6)
-        names = [str(n) for n in data.models]
-
-        def edit(raw):
-            app = raw["applications"][0]
-            app["args"]["auth"] = "required"
-            router = next(d for d in app["deployments"] if d["name"] == "Router")
-            router["user_config"]["upstreams"] = {n: upstream for n in names}
-            router["max_ongoing_requests"] = 256
-
+        headers, edit = keyed_gateway(home, data.models, upstream)
         with service(home, encoder, threads=THREADS, edit=edit) as url:
-            ladder(name, f"{url}/v1", texts, clients, requests, {"authorization": f"Bearer {key}"}, direct, rows)
-    return texts, len(names)
+            ladder(name, f"{url}/v1", texts, clients, requests, headers, direct, rows)
+    return texts, data.n_models
 
 
 def targets(rows: dict, minilm: dict | None) -> dict:

@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from _common import dataset_path, parser, write_json
-from _serving import ROOT, registered_space, service, test_texts
+from _serving import ROOT, keyed_gateway, registered_space, service, test_texts
 
 sys.path.insert(0, str(ROOT))
 from tests.upstream import Upstreams  # noqa: E402 (the test upstream, launched as a process)
@@ -154,21 +154,9 @@ def main():
     try:
         upstream = ups.start("up0")
         with registered_space(prep) as home:
-            import os
-
-            from jeirt_ray.serving.keys import KeyStore
-            os.environ["JEIRT_KEYS_URL"] = f"sqlite:///{home}/keys.db"
-            _, key = KeyStore().create("bench", "chat", rpm=10**6, usd_per_day=10**6)
-            headers = {"authorization": f"Bearer {key}"}
+            headers, edit = keyed_gateway(home, data.models, upstream,
+                                          decisions={"enabled": True, "path": str(home / "decisions")})
             names = [str(n) for n in data.models]
-
-            def edit(raw):
-                app = raw["applications"][0]
-                app["args"]["auth"] = "required"
-                router = next(d for d in app["deployments"] if d["name"] == "Router")
-                router["user_config"]["upstreams"] = {n: upstream for n in names}
-                router["max_ongoing_requests"] = 256
-                router["user_config"]["decisions"] = {"enabled": True, "path": str(home / "decisions")}
 
             with service(home, args.encoder, threads=1, edit=edit) as url:
                 from ray import serve
