@@ -136,3 +136,23 @@ def keyed_gateway(home: Path, models, upstream: str, **router_config):
         router["user_config"].update(router_config)
         router["max_ongoing_requests"] = 256
     return {"authorization": f"Bearer {key}"}, edit
+
+
+def encoder_alone(name: str, threads: int, single: list[str], batch: list[str], **encode) -> tuple[float, float]:
+    """(p50 ms of one query's forward over `single`, queries per second encoding `batch` at
+    once): the encoder `name` in this process with `threads` torch threads, warmed up first
+    (`encode`: more arguments of its encode, e.g. batch_size)."""
+    import torch
+
+    from jeirt_ray.encoders import make_encoder
+    torch.set_num_threads(threads)
+    enc = make_encoder(name)
+    enc.encode(single[:8])
+    seconds = []
+    for t in single:
+        start = time.perf_counter()
+        enc.encode([t])
+        seconds.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    enc.encode(batch, **encode)
+    return float(np.median(seconds) * 1000), len(batch) / (time.perf_counter() - start)

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from _common import dataset_path, parser, write_json
-from _serving import ROOT, free_port, keyed_gateway, registered_space, service, test_texts
+from _serving import ROOT, encoder_alone, free_port, keyed_gateway, registered_space, service, test_texts
 
 sys.path.insert(0, str(ROOT))
 from tests.upstream import Upstreams  # noqa: E402 (the test upstream, launched as a process)
@@ -172,27 +172,6 @@ class LiteLLM:
         self.log.close()
 
 
-def encoder_alone(texts: list[str], name: str) -> dict:
-    """The encoder's own latency for one query (p50 of 100) and its batched throughput offline,
-    with the served encoder's torch threads."""
-    import torch
-
-    from jeirt_ray.encoders import make_encoder
-    torch.set_num_threads(THREADS)
-    enc = make_encoder(name)
-    enc.encode(texts[:8])
-    single = []
-    for t in texts[:100]:
-        start = time.perf_counter()
-        enc.encode([t])
-        single.append(time.perf_counter() - start)
-    batch = texts[:256]
-    start = time.perf_counter()
-    enc.encode(batch)
-    return {"single_p50_ms": float(np.median(single) * 1000), "batched_qps": len(batch) / (time.perf_counter() - start),
-            "threads": THREADS}
-
-
 def jeirt_rows(data_dir, encoder: str, split_seed: int, upstream: str, clients, requests, direct, rows, name: str):
     """jeirt's gateway on `encoder`: auth required, a key with limits, every LLM on the upstream."""
     data, prep, texts = test_texts(data_dir, encoder, split_seed)
@@ -260,7 +239,8 @@ def main():
         _, llms = jeirt_rows(data_dir, "hashing", args.split_seed, upstream, args.clients, args.requests, direct, rows,
                              "jeirt")
         if not args.no_minilm:
-            minilm = encoder_alone(texts, args.encoder)
+            single_ms, batched = encoder_alone(args.encoder, THREADS, texts[:100], texts[:256])
+            minilm = {"single_p50_ms": single_ms, "batched_qps": batched, "threads": THREADS}
             jeirt_rows(data_dir, args.encoder, args.split_seed, upstream, args.clients, args.requests, direct, rows,
                        "jeirt_minilm")
     finally:

@@ -205,7 +205,7 @@ def adaptive_main(args):
     add_defaults(curve)
     by_group = {g: add_defaults(summarise_curve([u for u in units if u["group"] == g], responses))
                 for g in dict.fromkeys(u["group"] for u in units)}
-    targets = curve_targets(curve, responses)
+    targets = curve_targets(curve)
     for n, c in curve.items():
         print(n, {h: {k: round(c[h][k], 3) for k in ("gap_to_joint", "accuracy_mae", "interval_coverage")}
                   for h in STRATEGIES if h in c}, flush=True)
@@ -236,7 +236,7 @@ def add_defaults(curve: dict) -> dict:
     return curve
 
 
-def curve_targets(curve: dict, responses) -> dict:
+def curve_targets(curve: dict) -> dict:
     """Issue 45's targets, for the default: accuracy MAE <= 3 points from 50 answers and <= 2
     from 100; its 90% intervals cover 85-95% at every N; at least as good as random at every N
     on the routing gap and the accuracy error (the paired interval not above 0), better on one of

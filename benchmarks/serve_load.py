@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-
-import numpy as np
 
 from _common import dataset_path, parser, write_json
-from _serving import drive, placed, registered_space, service, summary, test_texts
+from _serving import drive, encoder_alone, placed, registered_space, service, summary, test_texts
 
 
 def main():
@@ -32,26 +29,12 @@ def main():
                     help="encoder placements to measure (args.encoder_placement), comma-separated")
     args = ap.parse_args()
 
-    from jeirt_ray.encoders import make_encoder
     data, prep, texts = test_texts(dataset_path(args.data, "mmlu_pro"), args.encoder, args.split_seed)
     with registered_space(prep) as home:
         # baselines, in this process, before the service exists
-        import torch
-        torch.set_num_threads(args.threads)
-        enc = make_encoder(args.encoder)
-        enc.encode(texts[:8])
-        single = []
-        for t in texts[:64]:
-            start = time.perf_counter()
-            enc.encode([t])
-            single.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        enc.encode(texts, batch_size=32)
-        batched_rps = len(texts) / (time.perf_counter() - start)
-        baseline = {"encoder_single_p50_ms": float(np.median(single) * 1000), "encoder_batched_rps": batched_rps,
-                    "threads": args.threads}
+        single_ms, batched_rps = encoder_alone(args.encoder, args.threads, texts[:64], texts, batch_size=32)
+        baseline = {"encoder_single_p50_ms": single_ms, "encoder_batched_rps": batched_rps, "threads": args.threads}
         print(baseline, flush=True)
-        del enc
 
         by_placement = {}
         for placement in args.placements.split(","):

@@ -115,8 +115,8 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     """Per held-out LLM (absent from `blind`, present in `joint`), strategy and response count
     N: the LLM fitted into `blind` from N of its training-split answers, asked in batches of
     ADAPTIVE_BATCH (the vector refitted between batches, from no answer), a share of each batch
-    (model/onboarding_defaults.py `random_share`) drawn in a seeded random order (`stratified`: by benchmark; model/estimate.py)
-    and the rest adaptively (model/adaptive.py); fully random strategies average RANDOM_REPEATS
+    (model/onboarding_defaults.py `random_share`) drawn in a seeded random order (`stratified`:
+    by benchmark; model/estimate.py) and the rest adaptively (model/adaptive.py); fully random strategies average RANDOM_REPEATS
     orders. Against joint training, on its test-split questions:
 
     - `routing_accuracy`: routing the test questions by argmax P(correct) among the blind space's
@@ -293,7 +293,7 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
     and strategy S the paired differences S - random in gap and accuracy error
     (`S_minus_random_gap`, `S_minus_random_accuracy_error`; negative: S is better) with 95%
     bootstrap intervals over units."""
-    rng = np.random.default_rng(seed)
+    from ..routing.outcomes import bootstrap_ci
     strategies = [h for h in STRATEGIES if any(h in u for u in units)]
     curve = {}
     for n in responses:
@@ -328,15 +328,10 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
                 continue
             for metric, of in (("gap", lambda r: -r["routing_accuracy"] * 100), ("accuracy_error", lambda r: r["accuracy_error"])):
                 d = np.array([of(u[how][key]) - of(u["random"][key]) for u in paired])
-                entry[f"{how}_minus_random_{metric}"] = paired_interval(d, rng)
+                entry[f"{how}_minus_random_{metric}"] = {"mean": float(d.mean()),
+                                                         "ci95": bootstrap_ci(d, n_boot=4000, seed=seed)}
         curve[key] = entry
     return curve
-
-
-def paired_interval(d: np.ndarray, rng: np.random.Generator) -> dict:
-    """The mean of paired differences with its 95% bootstrap interval."""
-    boots = d[rng.integers(0, len(d), size=(4000, len(d)))].mean(1)
-    return {"mean": float(d.mean()), "ci95": [float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))]}
 
 
 def plot_response_curve(curve: dict, path, plt, title: str = "") -> None:

@@ -43,11 +43,12 @@ class OnboardingStopped(RuntimeError):
 
 
 def check_onboarding(max_answers: int, strategy: str | None, target_width: float, batch: int, max_usd: float | None,
-                     price_usd_per_mtok: tuple[float, float] | None, purpose: str = DEFAULT_PURPOSE) -> None:
-    """The settings every door shares (CLI, Python, HTTP), checked before anything is asked."""
+                     price_usd_per_mtok: tuple[float, float] | None, purpose: str = DEFAULT_PURPOSE) -> str:
+    """The settings every door shares (CLI, Python, HTTP), checked before anything is asked;
+    returns the strategy to use (`strategy`, else the one `purpose` picks)."""
     if isinstance(max_answers, bool) or not isinstance(max_answers, int) or max_answers < 1:
         raise ValueError(f"max_answers must be a whole number >= 1, not {max_answers!r}")
-    check_strategy(strategy, purpose)
+    strategy = check_strategy(strategy, purpose)
     if not (isinstance(target_width, (int, float)) and 0 <= target_width <= 1):
         raise ValueError(f"target_width must be a number from 0 (never stop early) to 1, not {target_width!r}")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -56,6 +57,7 @@ def check_onboarding(max_answers: int, strategy: str | None, target_width: float
         raise ValueError(f"max_usd must be a number >= 0, not {max_usd!r}")
     if max_usd is not None and price_usd_per_mtok is None:
         raise ValueError("a cap in USD (max_usd) needs the new LLM's prices (--price-in and --price-out, or --prices)")
+    return strategy
 
 
 def default_log(model: str) -> Path:
@@ -87,7 +89,8 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     (default: a fifth of `max_answers`, at least 5). `purpose`: what the answers are for,
     "route", "estimate" (the accuracy) or "both"; it picks how the questions are chosen, unless
     `strategy` names one ("adaptive": those that tell most; "random", "stratified": a seeded
-    random order, by benchmark; "mixed": some of each; model/onboarding_defaults.py). With `price_usd_per_mtok` (the new LLM's input and output prices),
+    random order, by benchmark; "mixed": some of each; model/onboarding_defaults.py). With
+    `price_usd_per_mtok` (the new LLM's input and output prices),
     questions are chosen per dollar of their estimated cost, and `max_usd` caps that estimate over
     the run. `budget`, `adaptive` and `budget_usd` are the old names of `max_answers`, `strategy`
     and `max_usd`."""
@@ -100,8 +103,7 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
         strategy = "adaptive" if adaptive else "random"
     check_base_url(url)
     price_usd_per_mtok = price_pair(price_usd_per_mtok)
-    check_onboarding(max_answers, strategy, target_width, batch, max_usd, price_usd_per_mtok, purpose)
-    strategy = check_strategy(strategy, purpose)
+    strategy = check_onboarding(max_answers, strategy, target_width, batch, max_usd, price_usd_per_mtok, purpose)
     key = answer_key if isinstance(answer_key, AnswerKey) else AnswerKey.read(answer_key, answer_kind)
     if api_key is None and api_key_env:
         api_key = os.environ.get(api_key_env)

@@ -135,7 +135,8 @@ def onboard_cmd(ctx: typer.Context,
         try:
             report = onboard_endpoint(
                 endpoint, model, answer_key=answers, space=space, max_answers=max_answers,
-                purpose=purpose, strategy=_strategy(strategy, adaptive, purpose), api_key_env=api_key_env, upstream_model=upstream_model,
+                purpose=purpose, strategy=_strategy(strategy, adaptive, purpose), api_key_env=api_key_env,
+                upstream_model=upstream_model,
                 answer_kind=answer_kind, benchmarks=benchmark, target_width=target_width, batch=batch,
                 concurrency=concurrency, timeout_s=timeout, retries=retries, max_tokens=max_tokens,
                 answer_log=answer_log, price_usd_per_mtok=_prices(prices, price_in, price_out, model),

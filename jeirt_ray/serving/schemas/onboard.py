@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from ...core.renamed import renamed_fields
-from ...model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH
+from ...model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH, PURPOSES, STRATEGIES
 from .common import MAX_RESPONSES, Query, _a_number, exactly_one_of
 
 
@@ -80,10 +80,10 @@ class PlanRequest(BaseModel):
     answered: list[Answered] = Field([], max_length=MAX_RESPONSES, description="its graded answers so far "
                                      "(question ids of the served space)")
     k: int = Field(DEFAULT_BATCH, ge=0, le=1000, description="how many questions to plan")
-    purpose: Literal["route", "estimate", "both"] = Field(DEFAULT_PURPOSE, description="what the answers are "
+    purpose: Literal[PURPOSES] = Field(DEFAULT_PURPOSE, description="what the answers are "
                                                           "for: routing, estimating its accuracy, or both; picks "
                                                           "the strategy")
-    strategy: Literal["adaptive", "mixed", "random", "stratified"] | None = Field(
+    strategy: Literal[STRATEGIES] | None = Field(
         None, description="how questions are chosen (default: the purpose's): adaptive (those that tell most), "
         "random or stratified (a seeded random order, by benchmark), mixed (some of each)")
     benchmarks: list[str] | None = Field(None, min_length=1, max_length=1000,
