@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -15,13 +14,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from jeirt_ray.serving.ingress import free_port, ingress_environ
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_texts(data_dir: Path, encoder: str, split_seed: int, n: int = 512):
@@ -51,9 +46,9 @@ def registered_space(prep):
 
 
 @contextlib.contextmanager
-def service(home: Path, encoder: str, threads: int, edit=None, **init):
-    """deployments/local.yaml (edited by `edit(raw)` if given) on a fresh local Ray cluster (more
-    ray.init arguments in `init`); yields the base URL."""
+def service(home: Path, encoder: str, threads: int, edit=None, ingress: str = "proxy", **init):
+    """deployments/local.yaml (edited by `edit(raw)` if given) on a fresh local Ray cluster behind
+    `ingress` (jeirt_ray/serving/ingress.py; more ray.init arguments in `init`); yields the base URL."""
     import ray
     from ray import serve
 
@@ -64,12 +59,13 @@ def service(home: Path, encoder: str, threads: int, edit=None, **init):
         edit(raw)
     cfg_path = home / "serve.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
-    ray.init(address="local", num_cpus=os.cpu_count(), log_to_driver=False, **init)
-    try:
-        yield deploy(load_config(cfg_path, model="bench", port=free_port()))
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    with ingress_environ(ingress):  # inherited by the Ray that starts here
+        ray.init(address="local", num_cpus=os.cpu_count(), log_to_driver=False, **init)
+        try:
+            yield deploy(load_config(cfg_path, model="bench", port=free_port()))
+        finally:
+            serve.shutdown()
+            ray.shutdown()
 
 
 def placed(placement: str):

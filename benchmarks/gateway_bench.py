@@ -2,7 +2,7 @@
 upstream (OpenAI's shape), called directly, through jeirt's gateway and through LiteLLM's proxy.
 
     python benchmarks/gateway_bench.py --out F.json [--litellm PATH] [--clients 1 8 32 64]
-        [--requests 300] [--no-minilm] [--data DIR]
+        [--requests 300] [--ingress proxy haproxy] [--no-minilm] [--data DIR]
 
 Every system forwards to the same upstream (tests/upstream.py, no delay, streamed and not), on
 loopback, measured the way the field's harnesses measure: the system's time minus the direct
@@ -13,9 +13,11 @@ answer and to its end, and for non-streamed answers; requests per second at each
 - `jeirt`: deployments/local.yaml with `auth: required` (every request carries a key with rate
   and spend limits, checked and counted in SQLite), the instant (hashing) encoder: the gateway's
   own cost, its decision included, and no transformer's.
-- `jeirt_minilm`: the same with MiniLM, the real encoder, in the path: the price of a learned
-  decision on its own line (with the encoder's own latency and batched throughput, measured
-  offline in the same run, as `minilm_encoder`).
+- `jeirt_haproxy`: the same behind HAProxy (`jeirt serve --ingress haproxy`: Ray's direct
+  ingress, HAProxy straight to the Router replica) in place of Serve's Python proxy.
+- `jeirt_minilm`, `jeirt_minilm_haproxy`: the same with MiniLM, the real encoder, in the path:
+  the price of a learned decision on its own line (with the encoder's own latency and batched
+  throughput, measured offline in the same run, as `minilm_encoder`).
 - `litellm`: LiteLLM's proxy (`litellm` from PyPI, in a virtual environment of its own as its
   pins clash with this project's: `python -m venv .venv-litellm && .venv-litellm/bin/pip install
   'litellm[proxy]'`; `--litellm` names its `litellm` command, by default that one or the first
@@ -25,7 +27,7 @@ answer and to its end, and for non-streamed answers; requests per second at each
 JSON: `rows["<clients>"]["<system>"]` with `added_p50_ms`, `added_p99_ms` (first byte, streamed),
 `added_total_p50_ms`, `added_total_p99_ms` (whole streamed answer), `added_nonstream_p50_ms`,
 `p50_ms`, `p99_ms`, `total_p50_ms`, `total_p99_ms`, `rps`, `errors`; `rps_at_p99_under_100ms`
-per system; `targets` (issue 44's, checked).
+per system; `targets["<ingress>"]` (issue 44's, checked for jeirt behind each ingress).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import numpy as np
 
 from _common import dataset_path, parser, write_json
 from _serving import ROOT, encoder_alone, free_port, keyed_gateway, registered_space, service, test_texts
+from jeirt_ray.serving.ingress import INGRESSES
 
 sys.path.insert(0, str(ROOT))
 from tests.upstream import Upstreams  # noqa: E402 (the test upstream, launched as a process)
@@ -172,34 +175,42 @@ class LiteLLM:
         self.log.close()
 
 
-def jeirt_rows(data_dir, encoder: str, split_seed: int, upstream: str, clients, requests, direct, rows, name: str):
-    """jeirt's gateway on `encoder`: auth required, a key with limits, every LLM on the upstream."""
+def jeirt_rows(data_dir, encoder: str, split_seed: int, upstream: str, clients, requests, direct, rows, name: str,
+               ingress: str):
+    """jeirt's gateway on `encoder` behind `ingress`: auth required, a key with limits, every LLM on
+    the upstream."""
     data, prep, texts = test_texts(data_dir, encoder, split_seed)
     with registered_space(prep) as home:
         headers, edit = keyed_gateway(home, data.models, upstream)
-        with service(home, encoder, threads=THREADS, edit=edit) as url:
+        with service(home, encoder, threads=THREADS, edit=edit, ingress=ingress) as url:
             ladder(name, f"{url}/v1", texts, clients, requests, headers, direct, rows)
     return texts, data.n_models
 
 
-def targets(rows: dict, minilm: dict | None) -> dict:
+def system(base: str, ingress: str) -> str:
+    return base if ingress == "proxy" else f"{base}_{ingress}"
+
+
+def targets(rows: dict, minilm: dict | None, ingress: str) -> dict:
+    """Issue 44's targets for jeirt behind `ingress`."""
     one = rows.get("1", {})
+    jeirt, jeirt_minilm = system("jeirt", ingress), system("jeirt_minilm", ingress)
     out = {}
-    if "litellm" in one and "jeirt" in one:
-        j, lite = one["jeirt"], one["litellm"]
+    if "litellm" in one and jeirt in one:
+        j, lite = one[jeirt], one["litellm"]
         out["one_client_added_p50_below_litellm"] = j["added_p50_ms"] < lite["added_p50_ms"]
         out["one_client_added_p50_at_most_3_ms"] = j["added_p50_ms"] <= 3.0
         out["one_client_p99_at_most_twice_p50"] = j["p99_ms"] <= 2 * j["p50_ms"]
         for c in ("8", "32"):
             if c in rows and "litellm" in rows[c]:
-                out[f"c{c}_added_p50_at_most_litellm"] = rows[c]["jeirt"]["added_p50_ms"] <= rows[c]["litellm"]["added_p50_ms"]
-                out[f"c{c}_rps_at_least_litellm"] = rows[c]["jeirt"]["rps"] >= rows[c]["litellm"]["rps"]
-    if minilm and "jeirt_minilm" in one:
+                out[f"c{c}_added_p50_at_most_litellm"] = rows[c][jeirt]["added_p50_ms"] <= rows[c]["litellm"]["added_p50_ms"]
+                out[f"c{c}_rps_at_least_litellm"] = rows[c][jeirt]["rps"] >= rows[c]["litellm"]["rps"]
+    if minilm and jeirt_minilm in one:
         out["minilm_one_client_within_encoder_plus_2_ms"] = \
-            one["jeirt_minilm"]["added_p50_ms"] <= minilm["single_p50_ms"] + 2.0
-        if "32" in rows and "jeirt_minilm" in rows["32"]:
+            one[jeirt_minilm]["added_p50_ms"] <= minilm["single_p50_ms"] + 2.0
+        if "32" in rows and jeirt_minilm in rows["32"]:
             out["minilm_c32_rps_at_least_80pct_of_batched_encoder"] = \
-                rows["32"]["jeirt_minilm"]["rps"] >= 0.8 * minilm["batched_qps"]
+                rows["32"][jeirt_minilm]["rps"] >= 0.8 * minilm["batched_qps"]
     return out
 
 
@@ -208,6 +219,8 @@ def main():
     ap.add_argument("--litellm", help="LiteLLM's `litellm` command (default: .venv-litellm/bin/litellm, else PATH)")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 64])
     ap.add_argument("--requests", type=int, default=300, help="measured requests per system, mode and client count")
+    ap.add_argument("--ingress", nargs="+", choices=INGRESSES, default=list(INGRESSES),
+                    help="jeirt behind each of these front doors (jeirt serve --ingress)")
     ap.add_argument("--no-minilm", action="store_true", help="leave out jeirt with the MiniLM encoder")
     args = ap.parse_args()
     data_dir = dataset_path(args.data, "mmlu_pro")
@@ -236,23 +249,26 @@ def main():
                        {"authorization": f"Bearer {LiteLLM.KEY}"}, direct, rows)
             finally:
                 lite.stop()
-        _, llms = jeirt_rows(data_dir, "hashing", args.split_seed, upstream, args.clients, args.requests, direct, rows,
-                             "jeirt")
+        for ingress in args.ingress:
+            _, llms = jeirt_rows(data_dir, "hashing", args.split_seed, upstream, args.clients, args.requests, direct,
+                                 rows, system("jeirt", ingress), ingress)
         if not args.no_minilm:
             single_ms, batched = encoder_alone(args.encoder, THREADS, texts[:100], texts[:256])
             minilm = {"single_p50_ms": single_ms, "batched_qps": batched, "threads": THREADS}
-            jeirt_rows(data_dir, args.encoder, args.split_seed, upstream, args.clients, args.requests, direct, rows,
-                       "jeirt_minilm")
+            for ingress in args.ingress:
+                jeirt_rows(data_dir, args.encoder, args.split_seed, upstream, args.clients, args.requests, direct,
+                           rows, system("jeirt_minilm", ingress), ingress)
     finally:
         ups.stop()
     systems = dict.fromkeys(s for r in rows.values() for s in r)
     best = {s: max((rows[c][s]["rps"] for c in rows if s in rows[c] and rows[c][s].get("n")
                     and rows[c][s]["total_p99_ms"] < 100), default=None) for s in systems}
-    write_json(args.out, {"data": str(data_dir), "llms": llms, "clients": args.clients, "requests": args.requests,
+    checked = {ingress: targets(rows, minilm, ingress) for ingress in args.ingress}
+    write_json(args.out, {"data": str(data_dir), "llms": llms, "ingress": args.ingress, "clients": args.clients, "requests": args.requests,
                           "cpus": os.cpu_count(), "litellm": {"command": command, "version": lite_version},
                           "encoder": args.encoder, "minilm_encoder": minilm, "rows": rows,
-                          "rps_at_p99_under_100ms": best, "targets": targets(rows, minilm), "notes": notes})
-    print(json.dumps(targets(rows, minilm), indent=1))
+                          "rps_at_p99_under_100ms": best, "targets": checked, "notes": notes})
+    print(json.dumps(checked, indent=1))
 
 
 if __name__ == "__main__":

@@ -83,20 +83,24 @@ def registry_env(home: Path, token: str | None = None):
 
 
 @contextlib.contextmanager
-def local_ray(num_cpus: int = 2, **init):
+def local_ray(num_cpus: int = 2, ingress: str = "proxy", **init):
     """A fresh local Ray cluster (never a stranger's: address "local"), with the dashboard (Train's
-    placement-group cleanup goes through the State API); Serve and Ray shut down on exit. `init`:
-    more ray.init arguments (e.g. _metrics_export_port)."""
+    placement-group cleanup goes through the State API), Serve behind `ingress` (proxy or haproxy,
+    as `jeirt serve --ingress`); Serve and Ray shut down on exit. `init`: more ray.init arguments
+    (e.g. _metrics_export_port)."""
     import ray
-    ray.init(address="local", num_cpus=num_cpus, log_to_driver=False, **init)
-    try:
-        yield
-    finally:
-        from ray import serve
+
+    from jeirt_ray.serving.ingress import ingress_environ
+    with ingress_environ(ingress):
+        ray.init(address="local", num_cpus=num_cpus, log_to_driver=False, **init)
         try:
-            serve.shutdown()
+            yield
         finally:
-            ray.shutdown()
+            from ray import serve
+            try:
+                serve.shutdown()
+            finally:
+                ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -141,17 +145,17 @@ def local_serve_config(path: Path, edit=None, cpus: float | None = None, **args)
 
 @contextlib.contextmanager
 def serving(space, name: str, home: Path, *, token: str | None = None, edit=None, cpus: float | None = None,
-            ray_init: dict | None = None, **args):
+            ray_init: dict | None = None, ingress: str = "proxy", **args):
     """`space` registered as models:/<name>@champion in a registry under `home`, served with
-    local.yaml (see local_serve_config) on a local Ray cluster of 2 CPUs (more ray.init arguments
-    in `ray_init`); yields the base URL."""
+    local.yaml (see local_serve_config) on a local Ray cluster of 2 CPUs behind `ingress` (more
+    ray.init arguments in `ray_init`); yields the base URL."""
     from jeirt_ray.tracking.registry import SpaceRegistry
     from jeirt_ray.serving.deploy import deploy, load_config
     with registry_env(home, token):
         reg = SpaceRegistry()
         reg.promote(name, reg.register(space, name), "champion")
         path = local_serve_config(home / "serve.yaml", edit, cpus, model=name, **args)
-        with local_ray(**(ray_init or {})):
+        with local_ray(ingress=ingress, **(ray_init or {})):
             yield deploy(load_config(path))
 
 

@@ -141,6 +141,33 @@ def test_first_contact_without_a_registered_space(tmp_path, monkeypatch):
     assert r.exit_code == 1 and f"port {port} on 127.0.0.1 is in use" in out and "--port N" in out
 
 
+def test_serve_ingress_is_checked_before_ray_starts(monkeypatch):
+    """`jeirt serve --ingress`: an unknown one, a cluster to join (which takes HAProxy from its own
+    environment) and HAProxy's stats port in use are each one line naming the fix."""
+    import os
+    import socket
+    from pathlib import Path
+
+    from jeirt_ray.serving.ingress import STATS_PORT, use_ingress
+    config = Path(__file__).resolve().parents[1] / "deployments" / "local.yaml"
+    r = runner.invoke(app, ["serve", str(config), "--ingress", "nginx"])
+    assert r.exit_code == 2 and "--ingress must be one of proxy, haproxy, not 'nginx'" in " ".join(r.output.split())
+    monkeypatch.setattr("ray.is_initialized", lambda: False)  # an earlier test's Ray in this process
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    with pytest.raises(ValueError, match="start the cluster with RAY_SERVE_ENABLE_HA_PROXY=1"):
+        use_ingress("haproxy")
+    monkeypatch.delenv("RAY_ADDRESS")
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        monkeypatch.setenv(STATS_PORT, str(held.getsockname()[1]))
+        with pytest.raises(ValueError, match=f"is in use: stop what holds it, or set {STATS_PORT}"):
+            use_ingress("haproxy")
+    assert "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ  # nothing set when refused
+    use_ingress("proxy")
+    assert "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ
+
+
 def test_bad_search_option_is_one_line():
     r = runner.invoke(app, ["evaluate", "--criterion", "val_f1"])
     assert r.exit_code == 2 and "bad option --criterion" in r.output and "val_loss" in r.output

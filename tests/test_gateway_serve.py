@@ -1,6 +1,7 @@
 """The gateway through a real Serve deployment, driven by the OpenAI Python SDK (sync and async,
 streaming and not) in front of OpenAI-compatible upstreams on loopback; its metrics scraped from
-Ray's Prometheus endpoint. One Ray cluster for the module.
+Ray's Prometheus endpoint. One Ray cluster for the module, behind HAProxy (`jeirt serve --ingress
+haproxy`: HAProxy straight to the Router replicas; tests/test_serve_app.py runs Serve's own proxy).
 
 The space's 16 LLMs are in three groups of upstream servers, so that no test depends on another's
 order: LLMs 0-5 on u0, u1, u2 (the tests that need healthy upstreams ask for these as
@@ -46,7 +47,7 @@ def world(tmp_path_factory, synthetic):
     metrics_port = free_port()
     try:
         with serving(space, NAME, tmp_path_factory.mktemp("gateway"), edit=edit, cpus=0.5, encoder="hashing",
-                     ray_init={"_metrics_export_port": metrics_port}) as url:
+                     ray_init={"_metrics_export_port": metrics_port}, ingress="haproxy") as url:
             yield {"url": url, "ups": ups, "names": names, "server_of": server_of, "prep": prep, "costs": costs,
                    "metrics": f"http://127.0.0.1:{metrics_port}/metrics", "healthy": names[:6],
                    "faulty": names[6:11], "load": names[11:], "decisions": decisions}
@@ -275,3 +276,11 @@ def test_metrics_are_scraped_from_rays_endpoint(world):
     missing = [w for w in wanted if w not in text]
     assert not missing, f"not exported: {missing}"
     assert re.search(r'ray_jeirt_gateway_requests[^\n]*llm="[^"]+"', text)
+
+
+def test_the_front_door_is_haproxy(world):
+    """The module's requests reach the Routers through HAProxy, not Serve's proxy."""
+    import psutil
+    port = int(world["url"].rsplit(":", 1)[1])
+    listeners = {c.pid for c in psutil.net_connections("tcp") if c.status == "LISTEN" and c.laddr.port == port}
+    assert [psutil.Process(p).name() for p in listeners] == ["haproxy"]

@@ -248,11 +248,14 @@ def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. depl
               port: Optional[int] = typer.Option(None, help="override the HTTP port"),
               auth: Optional[str] = typer.Option(None, "--auth", help="required: every route needs an API key (`jeirt "
                                                  "keys create`); open: route, chat, feedback and explore need none (loopback "
-                                                 "only). Default: the config's args.auth")):
+                                                 "only). Default: the config's args.auth"),
+              ingress: str = typer.Option("proxy", "--ingress", help="the front door of the local Ray it starts: "
+                                          "proxy (Serve's Python proxy) or haproxy (HAProxy straight to the Router "
+                                          "replicas: one hop less per request; see docs/guide/serving.md)")):
     """Start the routing and onboarding service described by a Serve config; Ctrl-C stops it."""
     from ..serving.deploy import serve_forever
     with expected_failures(prefix="cannot serve: "):
-        serve_forever(config, model, port, announce=console.print, auth=auth)
+        serve_forever(config, model, port, announce=console.print, auth=auth, ingress=ingress)
 
 
 @app.command()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from .ingress import DEFAULT_INGRESS, check_ingress, use_ingress
+
 log = logging.getLogger("jeirt.serve")
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -147,16 +149,18 @@ def deploy(config, timeout_s: float = 300, announce=None) -> str:
 
 
 def serve_forever(path: str | Path, model: str | None = None, port: int | None = None, announce=print,
-                  auth: str | None = None) -> None:
+                  auth: str | None = None, ingress: str = DEFAULT_INGRESS) -> None:
     """`jeirt serve`: check the config, the port and the registry before anything starts,
-    deploy on Ray, and serve until SIGINT or SIGTERM."""
+    deploy on Ray behind `ingress` (ingress.py), and serve until SIGINT or SIGTERM."""
     import signal
     import threading
 
     from ..distributed import init_ray
+    check_ingress(ingress)
     config = load_config(path, model, port, auth)
     check_port(config)
     check_registry(config)  # also creates the MLflow store here, once, before any replica starts
+    use_ingress(ingress)
     init_ray()
     url = deploy(config, announce=announce)
     keyed = any((a.args or {}).get("auth", "required") == "required" for a in config.applications)

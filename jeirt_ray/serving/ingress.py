@@ -1,0 +1,93 @@
+"""The front door of a local service: Serve's Python proxy (Ray's default) or HAProxy before the
+Router replicas (Ray's `RAY_SERVE_ENABLE_HA_PROXY`, which turns on direct ingress: each Router
+replica answers HTTP on a port of its own and HAProxy balances over them, one Python hop less per
+request). Ray reads these switches from the environment of the processes it starts, so they are
+set here before `jeirt serve` starts its local Ray; a cluster that `jeirt serve` joins
+(RAY_ADDRESS) uses HAProxy when it was itself started with RAY_SERVE_ENABLE_HA_PROXY=1."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+
+INGRESSES = ("proxy", "haproxy")
+DEFAULT_INGRESS = "proxy"
+
+# HAProxy's own listeners (Ray's defaults; they bind every interface): its stats page and its
+# Prometheus exporter. Two services on one machine need other ports (`ingress_env(free_ports=True)`).
+STATS_PORT, METRICS_PORT = "RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT"
+# How long a stopping replica keeps answering so that a load balancer can take it out: Ray's 30 s
+# default is for cloud load balancers; a local HAProxy is told at once.
+DRAIN_S = "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"
+LOCAL_DRAIN_S = "2"
+# HAProxy refuses a request whose headers outgrow its buffer (Ray's default 16 KiB) with an HTML
+# page; the API takes headers up to 20,000 characters (x-jeirt-candidates), so 64 KiB.
+BUFSIZE, LOCAL_BUFSIZE = "RAY_SERVE_HAPROXY_TUNE_BUFSIZE", "65536"
+
+
+def check_ingress(ingress: str) -> str:
+    if ingress not in INGRESSES:
+        raise ValueError(f"--ingress must be one of {', '.join(INGRESSES)}, not {ingress!r}")
+    return ingress
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ingress_env(ingress: str, free_ports: bool = False) -> dict[str, str]:
+    """The environment a local Ray needs for `ingress` (with `free_ports`: HAProxy's own listeners
+    on free ports, for a second service on one machine)."""
+    if check_ingress(ingress) == "proxy":
+        return {}
+    env = {"RAY_SERVE_ENABLE_HA_PROXY": "1", DRAIN_S: os.environ.get(DRAIN_S, LOCAL_DRAIN_S),
+           BUFSIZE: os.environ.get(BUFSIZE, LOCAL_BUFSIZE)}
+    if free_ports:
+        env.update({STATS_PORT: str(free_port()), METRICS_PORT: str(free_port())})
+    return env
+
+
+def use_ingress(ingress: str) -> None:
+    """Set Ray's switches for `ingress` in this process's environment, which the local Ray that
+    starts next inherits. A ValueError names the fix where that cannot work: Ray already running
+    here, a cluster to join, or HAProxy's ports taken."""
+    env = ingress_env(ingress)
+    if not env:
+        return
+    import ray
+    if ray.is_initialized():
+        raise ValueError("--ingress haproxy must be set before Ray starts, and Ray already runs in this process")
+    if os.environ.get("RAY_ADDRESS", "local") != "local":
+        raise ValueError("--ingress haproxy sets up the local Ray that jeirt serve starts; a cluster it joins "
+                         "(RAY_ADDRESS) takes HAProxy from its own environment: start the cluster with "
+                         "RAY_SERVE_ENABLE_HA_PROXY=1 (KubeRay: the head's container env) and leave --ingress out")
+    for var, default in ((STATS_PORT, "8404"), (METRICS_PORT, "9101")):
+        port = int(os.environ.get(var, default))
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("", port))
+            except OSError:
+                raise ValueError(f"HAProxy's port {port} ({var}) is in use: stop what holds it, or set {var} "
+                                 "to a free port") from None
+    os.environ.update(env)
+
+
+@contextlib.contextmanager
+def ingress_environ(ingress: str):
+    """This process's environment set for `ingress` (HAProxy's listeners on free ports) while the
+    block runs, for a local Ray started inside it; restored after (tests and benchmarks)."""
+    env = ingress_env(ingress, free_ports=True)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
