@@ -108,9 +108,9 @@ def check_registry(config) -> None:
                               f"config's args.encoder {encoder!r} is {serves!r}: {fix}")
 
 
-def deploy(config, timeout_s: float = 300, announce=None) -> str:
-    """Deploy every application of `config` on the current Ray cluster; wait until they run.
-    Returns the base URL. Raises with Serve's message when an application fails to deploy. A
+def deploy(config, timeout_s: float = 300, announce=None, stop=None) -> str:
+    """Deploy every application of `config` on the current Ray cluster; wait until they run (or
+    until the event `stop` is set). Returns the base URL. Raises with Serve's message when an application fails to deploy. A
     replica that no node can take (placement.py) is said once through `announce` (default: the
     log) while the wait goes on (an autoscaler may add a node), and is the error at the timeout."""
     from ray import serve
@@ -130,7 +130,7 @@ def deploy(config, timeout_s: float = 300, announce=None) -> str:
         failed = {n: apps[n].message for n in names if n in apps and apps[n].status in ("DEPLOY_FAILED", "UNHEALTHY")}
         if failed:
             raise RuntimeError(f"Serve application(s) failed to deploy: {failed}")
-        if all(s == "RUNNING" for s in states.values()):
+        if all(s == "RUNNING" for s in states.values()) or (stop is not None and stop.is_set()):
             break
         now = time.monotonic()
         timed_out = now > started + timeout_s
@@ -162,17 +162,18 @@ def serve_forever(path: str | Path, model: str | None = None, port: int | None =
     check_registry(config)  # also creates the MLflow store here, once, before any replica starts
     use_ingress(ingress)
     init_ray()
-    url = deploy(config, announce=announce)
-    keyed = any((a.args or {}).get("auth", "required") == "required" for a in config.applications)
-    access = ("every route but /health needs an API key (jeirt keys create --name me --scopes route,chat)"
-              if keyed else "open: route, chat, feedback and explore need no key (this machine only)")
-    key = "JEIRT_API_KEY=<key> " if keyed else ""
-    announce(f"serving on {url} (docs: {url}/docs; {access}). Try: {key}jeirt route \"What is 2 + 2?\" --url {url}\n"
-             "Ctrl-C stops the service.")
-    stop = threading.Event()
+    stop = threading.Event()  # set by SIGINT/SIGTERM, from here on: even while deploying
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    url = deploy(config, announce=announce, stop=stop)
+    if not stop.is_set():
+        keyed = any((a.args or {}).get("auth", "required") == "required" for a in config.applications)
+        access = ("every route but /health needs an API key (jeirt keys create --name me --scopes route,chat)"
+                  if keyed else "open: route, chat, feedback and explore need no key (this machine only)")
+        key = "JEIRT_API_KEY=<key> " if keyed else ""
+        announce(f"serving on {url} (docs: {url}/docs; {access}). Try: {key}jeirt route \"What is 2 + 2?\" "
+                 f"--url {url}\nCtrl-C stops the service.")
+        stop.wait()
     drain(config, announce)
 
 
