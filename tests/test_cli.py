@@ -198,6 +198,37 @@ def test_a_wrong_encoder_for_the_registered_space_is_refused_before_deploying(tm
     assert r.exit_code == 1 and "trained on encoder 'hashing-384'" in out and "set args.encoder" in out
 
 
+def test_jeirt_serve_stopped_while_it_deploys_exits_cleanly(tmp_path, monkeypatch):
+    """SIGTERM while the applications are still deploying (a rolling update, a Ctrl-C at start):
+    the service drains and exits 0 (it was Ray's own handler: abort, exit 134)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from .conftest import local_serve_config
+    monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    r = runner.invoke(app, ["train", "--encoder", "hashing", "--fixed", "--members", "1", "--held-out-benchmarks", "0",
+                            "--register", "demo", "--promote", "champion"])
+    assert r.exit_code == 0, r.output
+    config = local_serve_config(tmp_path / "serve.yaml", encoder="hashing")
+    proc = subprocess.Popen([sys.executable, "-m", "jeirt_ray.cli", "serve", str(config)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=os.environ)
+    try:
+        said = [proc.stdout.readline()]
+        assert "log lines:" in said[0], said  # printed once Ray runs, before the applications deploy
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    out = " ".join((said[0] + out).split())
+    assert proc.returncode == 0, out[-3000:]
+    assert "serving on" not in out and "stopped after" in out, out[-3000:]
+
+
 def test_ray_commands_are_quiet_and_keep_ray_lines_in_a_log_file(tmp_path):
     """A real `jeirt` process (the terminal's file descriptors, not the test runner's): Ray's own
     lines (its Python loggers and its C++ core's) go to the printed log file, unless --verbose."""
