@@ -14,6 +14,7 @@ from rich.table import Table
 from ..core import logs
 from ..core.secrets import redact
 from ..routing.decisions import DEFAULT_TOP_K, POLICIES as POLICY_NAMES
+from ..serving.ingress import DEFAULT_INGRESS
 from .data import data_app, registry_app
 from .feedback import feedback, grade, judge, learn
 from .keys import keys_app
@@ -249,7 +250,7 @@ def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. depl
               auth: Optional[str] = typer.Option(None, "--auth", help="required: every route needs an API key (`jeirt "
                                                  "keys create`); open: route, chat, feedback and explore need none (loopback "
                                                  "only). Default: the config's args.auth"),
-              ingress: str = typer.Option("proxy", "--ingress", help="the front door of the local Ray it starts: "
+              ingress: str = typer.Option(DEFAULT_INGRESS, "--ingress", help="the front door of the local Ray it starts: "
                                           "proxy (Serve's Python proxy) or haproxy (HAProxy straight to the Router "
                                           "replicas: one hop less per request; see docs/guide/serving.md)")):
     """Start the routing and onboarding service described by a Serve config; Ctrl-C stops it."""

@@ -110,9 +110,10 @@ def check_registry(config) -> None:
 
 def deploy(config, timeout_s: float = 300, announce=None, stop=None) -> str:
     """Deploy every application of `config` on the current Ray cluster; wait until they run (or
-    until the event `stop` is set). Returns the base URL. Raises with Serve's message when an application fails to deploy. A
-    replica that no node can take (placement.py) is said once through `announce` (default: the
-    log) while the wait goes on (an autoscaler may add a node), and is the error at the timeout."""
+    until the event `stop` is set). Returns the base URL. Raises with Serve's message when an
+    application fails to deploy. A replica that no node can take (placement.py) is said once
+    through `announce` (default: the log) while the wait goes on (an autoscaler may add a node),
+    and is the error at the timeout."""
     from ray import serve
     from ray.serve._private.api import serve_start
 

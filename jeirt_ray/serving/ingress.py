@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from unittest import mock
 
 INGRESSES = ("proxy", "haproxy")
 DEFAULT_INGRESS = "proxy"
@@ -80,14 +81,5 @@ def use_ingress(ingress: str) -> None:
 def ingress_environ(ingress: str):
     """This process's environment set for `ingress` (HAProxy's listeners on free ports) while the
     block runs, for a local Ray started inside it; restored after (tests and benchmarks)."""
-    env = ingress_env(ingress, free_ports=True)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, ingress_env(ingress, free_ports=True)):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k)
-            else:
-                os.environ[k] = v
