@@ -292,3 +292,44 @@ def test_jeirt_learn_promotes_only_what_held_out_grades_show_better(world, tmp_p
         run = CliRunner().invoke(app, ["learn", "--space", "models:/fb/1", "--db",
                                        f"sqlite:///{tmp_path / 'few.db'}"])
         assert run.exit_code == 2 and "1 usable grades" in run.output and "collect more feedback" in run.output
+
+
+def test_the_served_router_explores_with_any_policy_and_logs_each_choices_probability(world):
+    """PolicyExploration on a SpaceRouter: on a share of the queries the request's own policy
+    chooses from a posterior draw. Over many routes of one query, each LLM is chosen as often as
+    its logged propensity says (so inverse-propensity weights are right); the choices respect the
+    request's candidates and the cost policies; the spend cap holds; explore 0 routes as before."""
+    from jeirt_ray.learning import PolicyExploration
+    from jeirt_ray.routing.router import SpaceRouter
+    space, prep = world["space"], world["prep"]
+    state = OnlineState(space, prior_var=0.3)
+    names = space.model_names
+    router = SpaceRouter(space, usd_per_call={n: 0.001 * (i + 1) for i, n in enumerate(names)})
+    x = np.repeat(prep.X[prep.rows("test")[:1]], 3000, axis=0)
+    plain = router.route(x[:50], policy="most_likely")
+    router.exploration = PolicyExploration(lambda q, d: state.sample_proba(q, d, np.random.default_rng(1)), 0.4,
+                                           seed=0)
+    for policy, extra in (("most_likely", {}), ("cost_weighted", {"cost_weight": 20.0})):
+        out = router.route(x, policy=policy, **extra)
+        chosen = np.array([names.index(d["chosen"]) for d in out])
+        prop = np.array([d["propensity"] for d in out])
+        explored = np.array([d["explored"] for d in out])
+        assert 0.1 < explored.mean() < 0.4, policy  # some draws agree with the policy's own choice
+        for k in np.unique(chosen):
+            assert abs((chosen == k).mean() - prop[chosen == k].mean()) < 0.05, (policy, names[k])
+    only = router.route(x[:300], policy="most_likely", candidates=names[:2])
+    assert {d["chosen"] for d in only} <= set(names[:2]) and all(d["ranking"][0] == d["chosen"] for d in only)
+    free = router.exploration.spend
+    free_per_1k = 1000 * free["exploration_usd"] / free["queries"]
+    capped = PolicyExploration(lambda q, d: state.sample_proba(q, d, np.random.default_rng(2)), 0.4,
+                               usd_per_1k=free_per_1k / 4, seed=0)
+    router.exploration = capped
+    for i in range(1000):  # the cap is checked per request: one query each
+        router.route(x[i:i + 1], policy="cost_weighted", cost_weight=20.0)
+    assert free_per_1k > 0 and capped.spend["explored"] > 0
+    per_1k, queries = 1000 * capped.spend["exploration_usd"] / capped.spend["queries"], capped.spend["queries"]
+    assert per_1k <= free_per_1k / 4 + 1000 * 0.001 * len(names) / queries  # over by one query's at most
+    router.exploration = PolicyExploration(lambda q, d: state.sample_proba(q, d, np.random.default_rng(3)), 0.0)
+    assert router.route(x[:50], policy="most_likely") == plain
+    with pytest.raises(ValueError, match="explore must be a share from 0 to 1"):
+        PolicyExploration(lambda q, d: None, 1.5)

@@ -94,7 +94,7 @@ def service(registry, tmp_path_factory):
     SERVED["decisions"], SERVED["feedback_url"] = logs / "log", f"sqlite:///{logs / 'feedback.db'}"
     router["user_config"]["decisions"] = {"path": str(SERVED["decisions"]), "feedback_url": SERVED["feedback_url"],
                                           "flush_s": 0.5}
-    router["user_config"]["learning"] = {"enabled": True, "poll_s": 0.5}
+    router["user_config"]["learning"] = {"enabled": True, "poll_s": 0.5, "explore": 0.5}
     path = tmp_path_factory.mktemp("cfg") / "local.yaml"
     path.write_text(yaml.safe_dump(raw))
     with local_ray():
@@ -164,12 +164,17 @@ def test_decisions_are_logged_and_graded_once_per_source(service, registry):
     assert list(rows["query_index"]) == [0, 1] and list(rows["route"]) == ["route", "route"]
     assert rows["query"].isna().all() and all(len(e) == 384 for e in rows["embedding"])
     assert rows.iloc[1]["chosen"] == chosen and len(rows.iloc[1]["candidates"]) == len(rows.iloc[1]["p_correct"]) > 1
+    # the service explores (learning.explore 0.5): each choice logged with the probability it had
+    np.testing.assert_allclose(rows["propensity"], [d["propensity"] for d in r.json()["results"]], rtol=1e-6)
+    assert ((rows["propensity"] > 0) & (rows["propensity"] <= 1)).all()
     graded = [g for g in FeedbackStore(SERVED["feedback_url"]).since() if g["id"] == decision_id]
     assert sorted((g["source"], g["score"]) for g in graded) == [("judge", 0.0), ("user", 1.0)]
     assert all(g["llm"] == chosen and len(g["embedding"]) == 384 for g in graded)
     # both replicas learn the two grades (health is answered by either; learning.poll_s 0.5)
     assert wait_for(lambda: all(httpx.get(f"{service}/health", headers=ADMIN, timeout=30).json()["learning"]["applied"]
                                 >= 2 for _ in range(8)), timeout=15)
+    states = [httpx.get(f"{service}/health", headers=ADMIN, timeout=30).json()["learning"] for _ in range(8)]
+    assert all(s["explore"] == 0.5 for s in states) and max(s["exploration"]["queries"] for s in states) >= 1
     written = table.drop(columns=["embedding", "p_correct", "expected_cost"]).astype(str).to_string()  # Parquet is compressed
     written += str(FeedbackStore(SERVED["feedback_url"]).since())
     assert TOKEN not in written and texts[1][:40] not in written

@@ -38,6 +38,7 @@ class FeedbackLearner:
         self.counts = {"applied": 0, "skipped": 0}
         self._theta = [t.copy() for t in self.state.theta]  # what predictions read: replaced whole, never mutated
         self._lock = threading.Lock()  # one poll at a time
+        self._state_lock = threading.Lock()  # an update, or a posterior draw (routes run in worker threads)
 
     def poll(self, limit: int = 10_000) -> int:
         """Apply the rows that arrived since the last poll; the number applied."""
@@ -51,7 +52,8 @@ class FeedbackLearner:
                     if k is None or e is None or r["encoder"] != self.encoder_id or len(e) != self.state.space.in_dim:
                         self.counts["skipped"] += 1
                         continue
-                    self.state.update(Outcomes(e[None], [k], [r["score"]]))
+                    with self._state_lock:
+                        self.state.update(Outcomes(e[None], [k], [r["score"]]))
                     applied += 1
                 if rows:
                     self.seq = rows[-1]["seq"]
@@ -67,6 +69,11 @@ class FeedbackLearner:
         geo = self.state.geometry(x)
         logits = np.stack([u @ t.T - n[:, None] for (u, n), t in zip(geo, self._theta)])
         return (1.0 / (1.0 + np.exp(-logits))).mean(0)
+
+    def draw_proba(self, x: np.ndarray, draws: int, rng: np.random.Generator | None = None) -> np.ndarray:
+        """(draws, n, LLMs) P(correct) drawn from the learned posterior (exploration's)."""
+        with self._state_lock:
+            return self.state.sample_proba(x, draws, rng or np.random.default_rng())
 
     def stats(self) -> dict:
         return {"seq": self.seq, **self.counts}

@@ -3,8 +3,8 @@ exploration within a budget with recorded propensities (explore.py), and the off
 evaluation of any policy on logged traffic (offpolicy.py). Above routing and the model in the
 layers; below experiments, serving and the API."""
 
-from .explore import Decision, Explorer, Pacer
+from .explore import Decision, Explorer, Pacer, PolicyExploration
 from .offpolicy import evaluate_policy, one_hot
 from .online import OnlineState, Outcomes
 
-__all__ = ["Decision", "Explorer", "OnlineState", "Outcomes", "Pacer", "evaluate_policy", "one_hot"]
+__all__ = ["Decision", "Explorer", "OnlineState", "Outcomes", "Pacer", "PolicyExploration", "evaluate_policy", "one_hot"]

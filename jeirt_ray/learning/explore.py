@@ -15,10 +15,16 @@ it is the share of `draws` posterior draws in which that LLM wins. The spend on 
 cap turns exploration off while it is spent. A `budget_per_1k` pacer moves the cost weight so
 that the realised spend per 1,000 queries meets the budget (read from the charges, so it holds
 on traffic unlike the calibration questions).
+
+`PolicyExploration` is the served router's: Thompson sampling composed with whichever routing
+policy a request names (routing/router.py), the policy applied to a posterior draw of P(correct)
+on a share of the queries.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -167,3 +173,54 @@ class Explorer:
         if self.pacer is not None:
             self.pacer.charge(usd)
         return extra
+
+
+class PolicyExploration:
+    """Exploration for the served router, whatever the policy: on a share `share` of the queries
+    the request's own policy chooses with P(correct) drawn from the posterior (`draw(x, draws)`
+    -> (draws, n, LLMs)) in place of its mean. The propensity of a decision is (1 - share) x [it is
+    the policy's own choice] + share x the share of `draws` draws in which the policy chooses it.
+    What an explored choice's expected cost adds over the policy's own choice is counted; with
+    `usd_per_1k` set, exploring pauses while that spend is above the cap per 1,000 queries (of
+    this replica). Routes run in worker threads: the counts are kept under a lock."""
+
+    def __init__(self, draw: Callable[[np.ndarray, int], np.ndarray], share: float, usd_per_1k: float | None = None,
+                 draws: int = 32, seed: int | None = None):
+        if not 0 <= share <= 1:
+            raise ValueError(f"explore must be a share from 0 to 1, not {share!r}")
+        self.draw, self.share, self.usd_per_1k, self.draws = draw, float(share), usd_per_1k, int(draws)
+        self.spend = {"queries": 0, "explored": 0, "exploration_usd": 0.0}
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+
+    def _share_now(self, n: int) -> float:
+        with self._lock:
+            capped = self.usd_per_1k is not None and \
+                self.spend["exploration_usd"] >= self.usd_per_1k * (self.spend["queries"] + n) / 1000
+        return 0.0 if capped else self.share
+
+    def decide(self, choose, x: np.ndarray, allowed: np.ndarray, greedy: np.ndarray,
+               cost: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(chosen, propensity, explored) per query: `choose(available, q, rows)` is the policy
+        (routing.router.SpaceRouter._rule), `greedy` its choice on the posterior means."""
+        n, k = allowed.shape
+        share = self._share_now(n)
+        chosen, propensity, explored = greedy, np.ones(n), np.zeros(n, dtype=bool)
+        if share > 0:
+            q = self.draw(x, self.draws)  # (draws, n, LLMs)
+            rows = np.tile(np.arange(n), self.draws)
+            wins = np.asarray(choose(np.tile(allowed, (self.draws, 1)), q.reshape(-1, k), rows)).reshape(self.draws, n)
+            with self._lock:
+                coin = self._rng.random(n) < share
+            chosen = np.where(coin, wins[0], greedy)
+            propensity = (1 - share) * (chosen == greedy) + share * (wins == chosen).mean(0)
+            explored = chosen != greedy
+        extra = 0.0
+        if cost is not None and explored.any():
+            rows = np.flatnonzero(explored)
+            extra = float(np.clip(cost[rows, chosen[rows]] - cost[rows, greedy[rows]], 0, None).sum())
+        with self._lock:
+            self.spend["queries"] += n
+            self.spend["explored"] += int(explored.sum())
+            self.spend["exploration_usd"] += extra
+        return chosen, propensity, explored

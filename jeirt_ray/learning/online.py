@@ -123,6 +123,13 @@ class OnlineState:
         training evidence) only shrink a covariance below its prior: (members, n, LLMs)."""
         return np.stack([(z * z) @ self.prior_diag.T for z, _ in geo])
 
+    def sample_proba(self, x: np.ndarray, draws: int, rng: np.random.Generator) -> np.ndarray:
+        """(draws, n, LLMs) P(correct) drawn from the posterior: each logit from its normal
+        posterior (independently per LLM), averaged over members."""
+        geo = self.geometry(x)
+        mean, var = self.logits(geo), self.logit_variance(geo)
+        return _sigmoid(mean + np.sqrt(var) * rng.standard_normal((draws,) + mean.shape)).mean(1)
+
     def predict_proba(self, x: np.ndarray, geo=None) -> np.ndarray:
         """(n, LLMs) P(correct) under the posterior means, averaged over members."""
         return _sigmoid(self.logits(geo or self.geometry(x))).mean(0)

@@ -28,6 +28,9 @@ class RouteDecision(TypedDict):
     chosen: str
     policy: PolicyName
     p_correct: float
+    propensity: Annotated[float, Field(description="the probability with which the policy chose this LLM: 1 "
+                                                   "unless the service explores (user_config.learning.explore)")]
+    explored: Annotated[bool, Field(description="exploration chose another LLM than the policy's own best")]
     expected_cost: float | None
     difficulty: Annotated[float, Field(description="||E_Q||: larger means harder")]
     nearest_benchmark: str | None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from dataclasses import replace
 from functools import cached_property
 
 import numpy as np
@@ -84,6 +85,8 @@ class SpaceRouter:
             fields = {k: chosen[k] for k in Policy.model_fields if k in chosen}
             self.tuned = (Policy(**fields), SignalBuilder.from_arrays(space.routing, chosen["benchmarks"]))
         self.learned = None  # x -> P(correct) learned from feedback (serving/learned.py), else the space's
+        # on a share of queries, the policy applied to a posterior draw (learning.explore.PolicyExploration)
+        self.exploration = None
         self._budget_weights: OrderedDict[float, float] = OrderedDict()  # an LRU of BUDGET_CACHE
         self._budget_lock = threading.Lock()  # routes run in worker threads
 
@@ -180,19 +183,31 @@ class SpaceRouter:
     def _rule(self, policy: str, p: np.ndarray, x: np.ndarray, cost_weight: float, margin: float,
               cost: np.ndarray | None = None, target_p: float | None = None, target_share: float | None = None,
               budget_per_1k: float | None = None):
-        """(choose(available) -> one column per row, the policy's own score per LLM) of a policy."""
+        """(choose, the policy's own score per LLM) of a policy: choose(available) -> one column
+        per row; choose(available, q, rows) applies the same policy to other P(correct) `q` whose
+        rows are the queries `rows` (an exploration's posterior draws)."""
+        def at(rows):
+            return None if cost is None or rows is None else cost[rows]
+
         if policy == "tuned" and self.tuned is not None:
             chosen_policy, builder = self.tuned
             signals = builder.build(p, x, chosen_policy)
-            return (lambda available: chosen_policy.choose(signals, available)), chosen_policy.scores(signals)
+
+            def tuned(available, q=None, rows=None):
+                s = signals if q is None else replace(signals.take(rows), p=q)
+                return chosen_policy.choose(s, available)
+            return tuned, chosen_policy.scores(signals)
         if policy in ("most_likely", "tuned"):  # tuned without a stored policy: the highest p
-            return (lambda available: available_argmax(p, available)), p
+            return (lambda available, q=None, rows=None: available_argmax(p if q is None else q, available)), p
         if policy in ("cost_weighted", "budget"):
             w = cost_weight if policy == "cost_weighted" else self.budget_weight(budget_per_1k)
-            return (lambda available: cost_weighted_choice(p, cost, w, available)), cost_weighted_scores(p, cost, w)
+            return (lambda available, q=None, rows=None: cost_weighted_choice(
+                p if q is None else q, cost if q is None else at(rows), w, available)), cost_weighted_scores(p, cost, w)
         if policy == "quality_target":
-            return (lambda available: quality_target_choice(p, cost, available, target_p, target_share)), p
-        return (lambda available: cheapest_within_margin(p, cost, margin, available)), p
+            return (lambda available, q=None, rows=None: quality_target_choice(
+                p if q is None else q, cost if q is None else at(rows), available, target_p, target_share)), p
+        return (lambda available, q=None, rows=None: cheapest_within_margin(
+            p if q is None else q, cost if q is None else at(rows), margin, available)), p
 
     def route(self, x: np.ndarray, *, policy: str | None = None, candidates: list[str] | None = None,
               top_k: int | None = DEFAULT_TOP_K, cost_weight: float = 0.0, margin: float = 0.02,
@@ -200,7 +215,8 @@ class SpaceRouter:
               texts: list[str] | None = None, target_p: float | None = None, target_share: float | None = None,
               budget_per_1k: float | None = None) -> list[RouteDecision]:
         """One decision per row of `x` (encoder embeddings; `texts`: the queries, whose tokens
-        are priced): `chosen`, `policy`, `p_correct`, `expected_cost` (USD), `difficulty`
+        are priced): `chosen`, `policy`, `p_correct`, `propensity` and `explored` (1 and False
+        unless `self.exploration` is set), `expected_cost` (USD), `difficulty`
         (||E_Q||), `nearest_benchmark`, `ranking` (the policy's own order of the allowed LLMs: the
         pick, then the next best once the ones before are taken away, at most `ranking` of them:
         a gateway's fallbacks), and `scores` (every allowed LLM's p, the policy's own `score` and
@@ -244,9 +260,14 @@ class SpaceRouter:
                 raise Conflict(f"no candidate LLM reaches min_p {min_p} for query {i} (the best p is "
                                f"{p[i, cand].max():.3f}): lower min_p or allow more candidates")
         choose, score = self._rule(policy, p, x, cost_weight, margin, cost, target_p, target_share, budget_per_1k)
+        first = choose(allowed)
+        propensity, explored = np.ones(len(p)), np.zeros(len(p), dtype=bool)
+        exploration = self.exploration
+        if exploration is not None:
+            first, propensity, explored = exploration.decide(choose, x, allowed, first, cost)
         order, left = [], allowed.copy()
-        for _ in range(max(1, min(ranking, len(cand)))):
-            pick = choose(left)
+        for r in range(max(1, min(ranking, len(cand)))):
+            pick = first if r == 0 else choose(left)
             ok = left[np.arange(len(p)), pick]  # rows that had an LLM left
             order.append(np.where(ok, pick, -1))
             left[np.arange(len(p))[ok], pick[ok]] = False
@@ -261,6 +282,7 @@ class SpaceRouter:
             cols = np.flatnonzero(allowed[i])
             by_p = cols[np.argsort(-p[i, cols], kind="stable")][:top_k or None]
             out.append({"query_index": i, "chosen": self.names[pick], "policy": policy, "p_correct": float(p[i, pick]),
+                        "propensity": float(propensity[i]), "explored": bool(explored[i]),
                         "expected_cost": cost_of(i, pick), "difficulty": float(norms[i]),
                         "nearest_benchmark": nearest and nearest[i],
                         "ranking": [self.names[int(o[i])] for o in order if o[i] >= 0],

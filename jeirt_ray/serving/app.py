@@ -151,6 +151,9 @@ class Router:
             results = await asyncio.to_thread(core.route, x, texts=texts, **options)
         except RequestError as e:
             raise HTTPException(e.status, str(e))
+        explored = sum(r["explored"] for r in results)
+        if explored:
+            self.metrics.explored(route, explored)
         decision_id = recorder.new_id()
         rows = recorder.rows(decision_id, route, key, core, version, results, x, texts)
         if top_k is not None:

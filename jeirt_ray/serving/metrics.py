@@ -28,6 +28,8 @@ class ServeMetrics:
                                  "usage, so the gateway counted their tokens itself", tag_keys=("llm",))
         self.decisions = Counter("jeirt_decisions", "decision log rows by what became of them: logged (buffered), "
                                  "dropped (the buffer was full while writes failed)", tag_keys=("outcome",))
+        self.explored_n = Counter("jeirt_explored", "queries that exploration routed to another LLM than their "
+                                  "policy's own best (user_config.learning.explore), by route", tag_keys=("route",))
         self.feedback_in = Counter("jeirt_feedback", "POST /v1/feedback by source and outcome: recorded, unchanged "
                                    "(a repeat), conflict, unknown (no such decision)", tag_keys=("source", "outcome"))
 
@@ -61,6 +63,9 @@ class ServeMetrics:
     def feedback(self, source: str, outcome: str) -> None:
         self.feedback_in.inc(tags={"source": source, "outcome": outcome})
 
+    def explored(self, route: str, n: int) -> None:
+        self.explored_n.inc(n, tags={"route": route})
+
 
 class NoMetrics:
     """The same interface, recording nothing (plain tests, Serve's local testing mode)."""
@@ -82,6 +87,8 @@ class NoMetrics:
     def decided(self, logged: int, dropped: int) -> None: ...
 
     def feedback(self, source: str, outcome: str) -> None: ...
+
+    def explored(self, route: str, n: int) -> None: ...
 
 
 def make_metrics():

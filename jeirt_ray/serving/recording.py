@@ -35,8 +35,8 @@ class Recorder:
 
     def rows(self, decision_id: str, route: str, key, core, version, results: list[dict], x: np.ndarray,
              texts: list[str]) -> list[dict]:
-        """One row per query: every allowed LLM's p and expected cost, the choice (deterministic
-        policies: propensity 1) and the query as log_queries allows."""
+        """One row per query: every allowed LLM's p and expected cost, the choice and its
+        propensity (1 unless the service explores) and the query as log_queries allows."""
         if self.log is None:
             return []
         return [{"id": decision_id, "query_index": i, "route": route, "key_id": getattr(key, "id", None),
@@ -44,7 +44,7 @@ class Recorder:
                  "policy": r["policy"], "candidates": [s["model"] for s in r["scores"]],
                  "p_correct": [s["p_correct"] for s in r["scores"]],
                  "expected_cost": None if r["expected_cost"] is None else [s["cost"] for s in r["scores"]],
-                 "chosen": r["chosen"], "propensity": 1.0, "encoder": self.encoder_id,
+                 "chosen": r["chosen"], "propensity": r["propensity"], "encoder": self.encoder_id,
                  "embedding": np.asarray(x[i], np.float32), "query": texts[i]}
                 for i, r in enumerate(results)]
 

@@ -115,6 +115,19 @@ class LearningConfig(BaseModel):
     residual_var: float = Field(LOOP_DEFAULTS["residual_var"], ge=0, description="a per-LLM correction linear in the query's encoder vector "
                                                        "(0: none)")
     evidence: float = Field(LOOP_DEFAULTS["evidence"], ge=0, description="the training questions' weight in the prior")
+    explore: float = Field(0.0, ge=0, le=1, description="the share of queries on which the request's policy "
+                                                        "chooses with P(correct) drawn from the learned posterior "
+                                                        "(Thompson sampling; each decision logs its propensity)")
+    explore_usd_per_1k: float | None = Field(None, ge=0, description="exploring pauses while what it added to the "
+                                                                     "expected cost exceeds this many USD per 1,000 "
+                                                                     "queries (per replica)")
+
+    @model_validator(mode="after")
+    def _explore_needs_learning(self):
+        if self.explore > 0 and not self.enabled:
+            raise ValueError("explore needs learning: set enabled: true (exploring without learning from the "
+                             "outcomes only costs)")
+        return self
 
 
 class RouterConfig(BaseModel):

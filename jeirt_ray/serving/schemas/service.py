@@ -32,12 +32,20 @@ class RegistryState(BaseModel):
     seconds_since_check: float | None = None
 
 
+class ExplorationSpend(BaseModel):
+    queries: int = Field(description="queries this replica routed since exploring was last set")
+    explored: int = Field(description="of them, routed to another LLM than the policy's own best")
+    exploration_usd: float = Field(description="what the explored choices added to the expected cost (USD)")
+
+
 class LearningState(BaseModel):
     enabled: bool = Field(description="user_config.learning.enabled")
     error: str | None = Field(None, description="why learning is paused (the feedback database cannot be read)")
     seq: int = Field(description="the last feedback row read")
     applied: int = Field(description="grades applied to the served version's vectors")
     skipped: int = Field(description="grades of another encoder or of LLMs the space lacks")
+    explore: float = Field(description="user_config.learning.explore: the share of queries explored")
+    exploration: ExplorationSpend
 
 
 class HealthResponse(BaseModel):
