@@ -82,12 +82,31 @@ def test_feedback_is_recorded_once_per_decision_and_source(tmp_path):
             Grade(d, **bad)
 
 
+def test_a_store_made_before_the_propensity_column_gets_it_and_keeps_its_rows(tmp_path):
+    import sqlalchemy as sa
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as c:  # the table as the store made it before propensities were kept
+        c.execute(sa.text("CREATE TABLE jeirt_feedback (seq INTEGER PRIMARY KEY AUTOINCREMENT, id VARCHAR(28) NOT NULL, "
+                          "query_index INTEGER NOT NULL, source VARCHAR(16) NOT NULL, score FLOAT NOT NULL, "
+                          "time FLOAT NOT NULL, llm VARCHAR(200), space VARCHAR(300), key_id VARCHAR(16), "
+                          "encoder VARCHAR(300), embedding BLOB, comment VARCHAR(2000), "
+                          "CONSTRAINT jeirt_feedback_once UNIQUE (id, query_index, source))"))
+        c.execute(sa.text("INSERT INTO jeirt_feedback (id, query_index, source, score, time, llm) "
+                          "VALUES ('old', 0, 'user', 1.0, 0, 'a')"))
+    engine.dispose()
+    store, again = FeedbackStore(url), FeedbackStore(url)  # two replicas opening it
+    assert store.add(Grade(new_id(), 0.0, llm="a", propensity=0.5)) == "recorded"
+    assert [(r["id"], r["propensity"]) for r in again.since()][0] == ("old", None)
+    assert again.since()[1]["propensity"] == 0.5
+
+
 def test_jeirt_feedback_records_a_file_checking_every_row_first(tmp_path):
     from typer.testing import CliRunner
 
     from jeirt_ray.cli.main import app
     log = DecisionLog(LogSettings(root=str(tmp_path / "log"), flush_s=60))
-    rows = _rows(2)
+    rows = _rows(2, propensity=0.25)  # an exploring router's choices
     log.append(rows)
     log.close()
     db = f"sqlite:///{tmp_path / 'fb.db'}"
@@ -99,6 +118,8 @@ def test_jeirt_feedback_records_a_file_checking_every_row_first(tmp_path):
     assert "2 recorded, 0 already recorded, 1 unknown, 0 conflicting" in run.output and "row 3" in run.output
     stored = FeedbackStore(db).since()
     assert [(g["source"], g["llm"], g["score"]) for g in stored] == [("key", "a", 1.0), ("user", "b", 0.5)]
+    # the propensity is the chosen LLM's: kept for a grade of it, not for a grade of another
+    assert [g["propensity"] for g in stored] == [0.25, None]
 
     grades.write_text(f"id,score\n{rows[0]['id']},1\n{rows[1]['id']},1.5\n")
     run = CliRunner().invoke(app, ["feedback", str(grades), *args])

@@ -12,8 +12,8 @@ grades, each space predicts the graded LLM's P(correct): the challenger is promo
 log-loss is lower with a paired 95% bootstrap interval above 0; otherwise it gets `@challenger`.
 The evidence is in the version's tags and metadata, and the version records the last feedback
 row it learned (`feedback_seq`), so replicas serving it apply only what came after. The off-policy
-value of each space's greedy choice on the held-out decisions (IPS with the logged propensities)
-is reported beside it.
+value of each space's greedy choice on the held-out decisions (IPS with the logged propensities:
+1 where none was logged, or the grade is of another LLM than the one chosen) is reported beside it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
     cutoff = time.time() - since_days * 86400
     index = {n: i for i, n in enumerate(space.model_names)}
     state = OnlineState(space, **LOOP_DEFAULTS)
-    held_x, held_llm, held_y = [], [], []
+    held_x, held_llm, held_y, held_p = [], [], [], []
     n_rows = n_learn = n_held = 0
     last = start
     for chunk in _chunks(FeedbackStore(feedback_url), start):  # streamed: memory holds the held-out sample only
@@ -63,6 +63,7 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
                     held_x.append(r["embedding"])
                     held_llm.append(index[r["llm"]])
                     held_y.append(r["score"])
+                    held_p.append(r.get("propensity") or 1.0)  # none logged: a deterministic choice
             else:  # one at a time in arrival order, as the replicas apply them
                 n_learn += 1
                 state.update(Outcomes(r["embedding"][None], [index[r["llm"]]], [r["score"]]))
@@ -82,7 +83,7 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
     better = bool(interval[0] > 0)
     value = {}
     for k, p in (("champion", p_champion), ("challenger", p_challenger)):
-        e = evaluate_policy(llm, np.ones(len(y)), y, one_hot(p.argmax(1), p.shape[1]))
+        e = evaluate_policy(llm, np.array(held_p), y, one_hot(p.argmax(1), p.shape[1]))
         value[k] = {"ips": e["ips"], "ips_ci95": e["ips_ci95"], "same_choice_as_logged": e["mean_weight"]}
     evidence = {"champion": f"{champion.name}/{champion.version}", "grades_learned": n_learn, "grades_held_out": n_held,
                 "grades_compared": len(y),

@@ -14,7 +14,8 @@ from ..routing.router import NotFound
 from .log import ID_PATTERN, id_time
 from .store import SOURCES, Conflict, FeedbackStore, Grade
 
-LOOKUP_COLUMNS = ["id", "query_index", "space", "candidates", "chosen", "answered_by", "encoder", "embedding"]
+LOOKUP_COLUMNS = ["id", "query_index", "space", "candidates", "chosen", "propensity", "answered_by", "encoder",
+                  "embedding"]
 LATE_S = 1.0  # a write's own time, beyond the writer's flush interval
 COLUMNS = ("id", "score", "source", "query_index", "llm", "comment")
 
@@ -44,7 +45,8 @@ def record_grade(store: FeedbackStore, lookup: Callable[[str, list[str]], list[d
         raise Conflict(f"decision {decision_id} did not weigh {llm!r}; its candidates were "
                        f"{(row.get('candidates') or [])[:10]}")
     status = store.add(Grade(decision_id, score, source, query_index, llm=llm, space=row.get("space"), key_id=key_id,
-                             encoder=row.get("encoder"), embedding=row.get("embedding"), comment=comment))
+                             encoder=row.get("encoder"), embedding=row.get("embedding"), comment=comment,
+                             propensity=row.get("propensity") if llm == row["chosen"] else None))
     return {"id": decision_id, "query_index": query_index, "source": source, "llm": llm, "status": status}
 
 

@@ -35,6 +35,7 @@ _feedback = sa.Table(
     sa.Column("space", sa.String(300)), sa.Column("key_id", sa.String(16)),
     sa.Column("encoder", sa.String(300)), sa.Column("embedding", sa.LargeBinary),
     sa.Column("comment", sa.String(2000)),
+    sa.Column("propensity", sa.Float),  # P(the policy chose this LLM), where it graded the LLM chosen
     sa.UniqueConstraint("id", "query_index", "source", name="jeirt_feedback_once"))
 
 
@@ -59,6 +60,7 @@ class Grade:
     encoder: str | None = None
     embedding: np.ndarray | None = None
     comment: str | None = None
+    propensity: float | None = None
 
     def __post_init__(self):
         if self.source not in SOURCES:
@@ -77,6 +79,7 @@ class FeedbackStore:
         try:
             self.engine = sa.create_engine(url, pool_pre_ping=True)
             _meta.create_all(self.engine)
+            _add_new_columns(self.engine)
         except Exception as e:  # the URL may hold a password: never show it
             raise RuntimeError(f"the feedback database cannot be opened: {redact(str(e))[:300]}") from None
         self._lock = threading.Lock()  # SQLite: one writer at a time in this process
@@ -86,7 +89,7 @@ class FeedbackStore:
         row = {"id": g.id, "query_index": int(g.query_index), "source": g.source, "score": float(g.score),
                "time": time.time(), "llm": g.llm, "space": g.space, "key_id": g.key_id, "encoder": g.encoder,
                "embedding": None if g.embedding is None else np.asarray(g.embedding, np.float32).tobytes(),
-               "comment": g.comment}
+               "comment": g.comment, "propensity": None if g.propensity is None else float(g.propensity)}
         try:
             with self._lock, self.engine.begin() as c:
                 c.execute(_feedback.insert().values(**row))
@@ -124,3 +127,18 @@ class FeedbackStore:
     def count(self) -> int:
         with self.engine.connect() as c:
             return int(c.execute(sa.select(sa.func.count()).select_from(_feedback)).scalar())
+
+
+def _add_new_columns(engine) -> None:
+    """A store made before a nullable column existed gets it (`propensity`: its old rows null)."""
+    def have():
+        return {c["name"] for c in sa.inspect(engine).get_columns(_feedback.name)}
+    for column in _feedback.columns:
+        if column.name not in have():
+            try:
+                with engine.begin() as c:
+                    c.execute(sa.text(f"ALTER TABLE {_feedback.name} ADD COLUMN {column.name} "
+                                      f"{column.type.compile(engine.dialect)}"))
+            except sa.exc.DBAPIError:
+                if column.name not in have():  # else another replica added it first
+                    raise
