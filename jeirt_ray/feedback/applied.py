@@ -39,6 +39,7 @@ class FeedbackLearner:
         self._theta = [t.copy() for t in self.state.theta]  # what predictions read: replaced whole, never mutated
         self._lock = threading.Lock()  # one poll at a time
         self._state_lock = threading.Lock()  # an update, or a posterior draw (routes run in worker threads)
+        self._last: tuple | None = None  # (x, its geometry) of the latest prediction
 
     def poll(self, limit: int = 10_000) -> int:
         """Apply the rows that arrived since the last poll; the number applied."""
@@ -67,13 +68,16 @@ class FeedbackLearner:
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """(n, LLMs) P(correct) under the learned means, averaged over the space's members."""
         geo = self.state.geometry(x)
+        self._last = (x, geo)  # a route's exploration draws for the same queries next (draw_proba)
         logits = np.stack([u @ t.T - n[:, None] for (u, n), t in zip(geo, self._theta)])
         return (1.0 / (1.0 + np.exp(-logits))).mean(0)
 
     def draw_proba(self, x: np.ndarray, draws: int, rng: np.random.Generator | None = None) -> np.ndarray:
         """(draws, n, LLMs) P(correct) drawn from the learned posterior (exploration's)."""
+        last = self._last
+        geo = last[1] if last is not None and last[0] is x else None  # the adapter's pass is not repeated
         with self._state_lock:
-            return self.state.sample_proba(x, draws, rng or np.random.default_rng())
+            return self.state.sample_proba(x, draws, rng or np.random.default_rng(), geo)
 
     def stats(self) -> dict:
         return {"seq": self.seq, **self.counts}

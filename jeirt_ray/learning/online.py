@@ -123,11 +123,15 @@ class OnlineState:
         training evidence) only shrink a covariance below its prior: (members, n, LLMs)."""
         return np.stack([(z * z) @ self.prior_diag.T for z, _ in geo])
 
-    def sample_proba(self, x: np.ndarray, draws: int, rng: np.random.Generator) -> np.ndarray:
-        """(draws, n, LLMs) P(correct) drawn from the posterior: each logit from its normal
-        posterior (independently per LLM), averaged over members."""
-        geo = self.geometry(x)
-        mean, var = self.logits(geo), self.logit_variance(geo)
+    def sample_proba(self, x: np.ndarray, draws: int, rng: np.random.Generator, geo=None) -> np.ndarray:
+        """(draws, n, LLMs) P(correct) drawn from the posterior, fast enough for every routed
+        query: each logit from a normal with its posterior mean and the variance that the
+        covariance's diagonal gives (sum of z_j^2 C_jj: the correlations between coordinates left
+        out, as reading each LLM's full d x d covariance per query costs milliseconds), averaged
+        over members (`geo`: x's geometry, if computed already)."""
+        geo = geo or self.geometry(x)
+        mean = self.logits(geo)
+        var = np.stack([(z * z) @ np.diagonal(c, axis1=1, axis2=2).T for (z, _), c in zip(geo, self.cov)])
         return _sigmoid(mean + np.sqrt(var) * rng.standard_normal((draws,) + mean.shape)).mean(1)
 
     def predict_proba(self, x: np.ndarray, geo=None) -> np.ndarray:
