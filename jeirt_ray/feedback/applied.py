@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from ..learning.online import OnlineState, Outcomes
+from ..learning.online import OnlineState, Outcomes, posterior_draws
 from .store import FeedbackStore
 
 log = logging.getLogger("jeirt.learning")
@@ -37,8 +37,8 @@ class FeedbackLearner:
         # registered has learned the rows up to its feedback_seq)
         self.counts = {"applied": 0, "skipped": 0}
         self._theta = [t.copy() for t in self.state.theta]  # what predictions read: replaced whole, never mutated
+        self._variances = self.state.variances()  # and exploration's draws
         self._lock = threading.Lock()  # one poll at a time
-        self._state_lock = threading.Lock()  # an update, or a posterior draw (routes run in worker threads)
         self._last: tuple | None = None  # (x, its geometry) of the latest prediction
 
     def poll(self, limit: int = 10_000) -> int:
@@ -53,8 +53,7 @@ class FeedbackLearner:
                     if k is None or e is None or r["encoder"] != self.encoder_id or len(e) != self.state.space.in_dim:
                         self.counts["skipped"] += 1
                         continue
-                    with self._state_lock:
-                        self.state.update(Outcomes(e[None], [k], [r["score"]]))
+                    self.state.update(Outcomes(e[None], [k], [r["score"]]))
                     applied += 1
                 if rows:
                     self.seq = rows[-1]["seq"]
@@ -62,7 +61,7 @@ class FeedbackLearner:
                     break
             if applied:
                 self.counts["applied"] += applied
-                self._theta = [t.copy() for t in self.state.theta]
+                self._theta, self._variances = [t.copy() for t in self.state.theta], self.state.variances()
             return applied
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
@@ -76,8 +75,8 @@ class FeedbackLearner:
         """(draws, n, LLMs) P(correct) drawn from the learned posterior (exploration's)."""
         last = self._last
         geo = last[1] if last is not None and last[0] is x else None  # the adapter's pass is not repeated
-        with self._state_lock:
-            return self.state.sample_proba(x, draws, rng or np.random.default_rng(), geo)
+        return posterior_draws(geo or self.state.geometry(x), self._theta, self._variances, draws,
+                               rng or np.random.default_rng())
 
     def stats(self) -> dict:
         return {"seq": self.seq, **self.counts}

@@ -124,15 +124,13 @@ class OnlineState:
         return np.stack([(z * z) @ self.prior_diag.T for z, _ in geo])
 
     def sample_proba(self, x: np.ndarray, draws: int, rng: np.random.Generator, geo=None) -> np.ndarray:
-        """(draws, n, LLMs) P(correct) drawn from the posterior, fast enough for every routed
-        query: each logit from a normal with its posterior mean and the variance that the
-        covariance's diagonal gives (sum of z_j^2 C_jj: the correlations between coordinates left
-        out, as reading each LLM's full d x d covariance per query costs milliseconds), averaged
-        over members (`geo`: x's geometry, if computed already)."""
-        geo = geo or self.geometry(x)
-        mean = self.logits(geo)
-        var = np.stack([(z * z) @ np.diagonal(c, axis1=1, axis2=2).T for (z, _), c in zip(geo, self.cov)])
-        return _sigmoid(mean + np.sqrt(var) * rng.standard_normal((draws,) + mean.shape)).mean(1)
+        """(draws, n, LLMs) P(correct) drawn from the posterior (posterior_draws; `geo`: x's
+        geometry, if computed already)."""
+        return posterior_draws(geo or self.geometry(x), self.theta, self.variances(), draws, rng)
+
+    def variances(self) -> list[np.ndarray]:
+        """Per member, the diagonal of each LLM's covariance: (LLMs, features)."""
+        return [np.diagonal(c, axis1=1, axis2=2).copy() for c in self.cov]
 
     def predict_proba(self, x: np.ndarray, geo=None) -> np.ndarray:
         """(n, LLMs) P(correct) under the posterior means, averaged over members."""
@@ -239,6 +237,17 @@ def _learn_batch(theta: np.ndarray, cov: np.ndarray, z: np.ndarray, norm: np.nda
     inner = np.diag(1.0 / w) + z @ sz
     cov -= sz @ np.linalg.solve(inner, sz.T)
     theta += cov @ (z.T @ (y - p))
+
+
+def posterior_draws(geo, theta: list[np.ndarray], variances: list[np.ndarray], draws: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """(draws, n, LLMs) P(correct), fast enough for every routed query: each logit drawn from a
+    normal with its posterior mean (theta) and the variance the covariance's diagonal gives (sum
+    of z_j^2 C_jj: the correlations between coordinates left out, as reading each LLM's full d x d
+    covariance per query costs milliseconds), averaged over members."""
+    mean = np.stack([u @ t.T - n[:, None] for (u, n), t in zip(geo, theta)])
+    var = np.stack([(z * z) @ v.T for (z, _), v in zip(geo, variances)])
+    return _sigmoid(mean + np.sqrt(var) * rng.standard_normal((draws,) + mean.shape)).mean(1)
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
