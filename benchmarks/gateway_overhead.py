@@ -15,6 +15,9 @@ false, switched in place (Serve's reconfigure, no restart) in alternating blocks
 clients, so that drift falls on both alike; p50 and p99 of each, the p50 the log adds, and
 whether it kept up: every logged request's row written, none dropped.
 
+Exploration (`exploration`): learning on, with user_config.learning.explore 0.5 and 0 in
+alternating blocks at 1 client; the p50 it adds, and the median of the route step it adds.
+
     python benchmarks/gateway_overhead.py --out results/gateway_overhead.json [--data DIR] [--requests 300]
 """
 
@@ -97,18 +100,23 @@ def empty_deployment():
     return Empty.bind()
 
 
-def set_log(home, url: str, enabled: bool) -> None:
-    """Switch the Router's decision log on or off in place (a user_config change: reconfigure)."""
+def set_router(home, url: str, section: str, **settings) -> None:
+    """Change the Router's user_config[section] in place (reconfigure, no restart)."""
     import yaml
 
     from jeirt_ray.serving.deploy import deploy, load_config
     path = home / "serve.yaml"
     raw = yaml.safe_load(path.read_text())
     router = next(d for d in raw["applications"][0]["deployments"] if d["name"] == "Router")
-    router["user_config"]["decisions"]["enabled"] = enabled
+    router["user_config"].setdefault(section, {}).update(settings)
     path.write_text(yaml.safe_dump(raw))
     deploy(load_config(path, model="bench", port=int(url.rsplit(":", 1)[1])))
     time.sleep(3)  # the reconfigure reaches the replica
+
+
+def set_log(home, url: str, enabled: bool) -> None:
+    """Switch the Router's decision log on or off in place."""
+    set_router(home, url, "decisions", enabled=enabled)
 
 
 def decision_log(home, url: str, texts: list[str], headers: dict, requests: int, blocks: int = 6) -> dict:
@@ -142,6 +150,31 @@ def decision_log(home, url: str, texts: list[str], headers: dict, requests: int,
     return {"clients": out, "requests_logged": logged, "rows_written": written, "kept_up": written >= logged}
 
 
+def exploration(home, url: str, texts: list[str], headers: dict, requests: int, share: float = 0.5,
+                blocks: int = 6) -> dict:
+    """Learning on in both, exploring on a share `share` of the queries or not, in alternating
+    blocks at 1 client: p50 of the first byte and the median of the route step (Server-Timing's
+    `route`: the policy, the posterior draws and the costing) of each."""
+    seconds, route_ms, failed = {True: [], False: []}, {True: [], False: []}, {True: 0, False: 0}
+    for b in range(2 * blocks):
+        on = b % 2 == 0
+        set_router(home, url, "learning", enabled=True, explore=share if on else 0.0)
+        timings: list[str] = []
+        r = asyncio.run(first_bytes(url + "/v1", texts, 1, requests // blocks, headers, timings, keep_all=True))
+        seconds[on] += r["seconds"]
+        failed[on] += r["failed"]
+        route_ms[on].append(timing_medians(timings).get("route_ms", float("nan")))
+    set_router(home, url, "learning", enabled=False, explore=0.0)
+    p50 = {on: float(np.percentile(np.asarray(v) * 1000, 50)) for on, v in seconds.items()}
+    step = {on: float(np.median(v)) for on, v in route_ms.items()}
+    return {"share": share, "with_exploration": {"p50_ms": p50[True], "route_step_ms": step[True], "failed": failed[True],
+                                                 "n": len(seconds[True])},
+            "without_exploration": {"p50_ms": p50[False], "route_step_ms": step[False], "failed": failed[False],
+                                    "n": len(seconds[False])},
+            "exploration_added_p50_ms": p50[True] - p50[False],
+            "exploration_added_route_step_ms": step[True] - step[False]}
+
+
 def main():
     ap = parser(__doc__)
     ap.add_argument("--requests", type=int, default=300, help="measured requests per configuration and client count")
@@ -155,7 +188,8 @@ def main():
         upstream = ups.start("up0")
         with registered_space(prep) as home:
             headers, edit = keyed_gateway(home, data.models, upstream,
-                                          decisions={"enabled": True, "path": str(home / "decisions")})
+                                          decisions={"enabled": True, "path": str(home / "decisions"),
+                                                     "feedback_url": f"sqlite:///{home}/feedback.db"})
             names = [str(n) for n in data.models]
 
             with service(home, args.encoder, threads=1, edit=edit) as url:
@@ -174,12 +208,15 @@ def main():
                         "gateway_server_timing_medians": timing_medians(timings)}
                     print(json.dumps({clients: rows[str(clients)]}, indent=1))
                 log_rows = decision_log(home, url, texts, headers, args.requests)
+                explore_rows = exploration(home, url, texts, headers, args.requests)
+                print(json.dumps({"exploration": explore_rows}, indent=1))
     finally:
         ups.stop()
     write_json(args.out, {"data": str(data_dir), "llms": len(names), "encoder": args.encoder, "auth": "required",
                           "key_store": "sqlite", "requests": args.requests, "clients": rows, "decision_log": log_rows,
+                          "exploration": explore_rows,
                           "targets": {"added_p50_ms_at_1_client": 5.0, "gateway_over_direct_p50_at_8_clients": 2.0,
-                                      "decision_log_added_p50_ms": 1.0}})
+                                      "decision_log_added_p50_ms": 1.0, "exploration_added_p50_ms": 1.0}})
 
 
 if __name__ == "__main__":

@@ -217,3 +217,99 @@ def test_an_llm_judge_grades_a_share_counts_what_it_cannot_parse_and_its_own_cos
     assert parse_verdict("SCORE: 11") is None and parse_verdict("score: 7") == 0.7 and parse_verdict(None) is None
     ids = [new_id() for _ in range(4000)]
     assert 0.08 < np.mean([sampled(d, 0.1) for d in ids]) < 0.12 and all(sampled(d, 0.1) == sampled(d, 0.1) for d in ids)
+
+
+def test_jeirt_shadow_estimates_the_challengers_value_from_the_graded_traffic(tmp_path):
+    """An exploring service chose LLM a with probability 0.7 and b with 0.3; a answers right half of
+    the time, b 80%. A challenger that routed every decision in shadow to b is worth 0.8: the
+    off-policy estimates find it within their intervals and better than the served 0.59; a
+    challenger that chooses as a service that does not explore is not shown better; no shadow log
+    names the setting."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from jeirt_ray.cli.main import app
+    from jeirt_ray.feedback.log import shadow_root
+    from jeirt_ray.feedback.shadow import compare_shadow
+    rng = np.random.default_rng(0)
+    root, db = str(tmp_path / "log"), f"sqlite:///{tmp_path / 'fb.db'}"
+    store = FeedbackStore(db)
+    served, shadow = [], []
+    for _ in range(1500):
+        picked = "a" if rng.random() < 0.7 else "b"
+        prop = 0.7 if picked == "a" else 0.3
+        d = new_id()
+        served.append({"id": d, "query_index": 0, "route": "chat", "space": "m/1", "candidates": ["a", "b"],
+                       "p_correct": [0.55, 0.6], "chosen": picked, "propensity": prop})
+        shadow.append({"id": d, "query_index": 0, "route": "chat", "space": "m/2", "candidates": ["a", "b"],
+                       "p_correct": [0.5, 0.8], "chosen": "b", "propensity": 1.0})
+        store.add(Grade(d, float(rng.random() < (0.5 if picked == "a" else 0.8)), "key", llm=picked, propensity=prop))
+    for where, rows in ((root, served), (shadow_root(root), shadow)):
+        log = DecisionLog(LogSettings(root=where))
+        log.append(rows)
+        log.close()
+    out = compare_shadow(root, db, source="key")
+    assert out["compared"] == 1500 and out["explored"] == 1500 and abs(out["agreement"] - 0.3) < 0.05
+    assert abs(out["served"]["mean"] - 0.59) < 0.04
+    for k in ("ips", "dr"):
+        lo, hi = out["challenger"][f"{k}_ci95"]
+        assert lo < 0.8 < hi and hi - lo < 0.15, (k, out["challenger"])
+    assert out["better"] and out["challenger_minus_served_dr_ci95"][0] > 0.1
+    assert out["served_space"] == ["m/1"] and out["challenger_space"] == ["m/2"]
+
+    # a service that does not explore, and a challenger that chooses as it does: nothing to show
+    plain = [{**r, "id": new_id(), "chosen": "a", "propensity": 1.0} for r in served[:300]]
+    for r in plain:
+        store.add(Grade(r["id"], float(rng.random() < 0.5), "key", llm="a", propensity=1.0))
+    for where, rows in ((str(tmp_path / "same"), plain), (shadow_root(str(tmp_path / "same")), plain)):
+        log = DecisionLog(LogSettings(root=where))
+        log.append([dict(r) for r in rows])
+        log.close()
+    run = CliRunner().invoke(app, ["shadow", "--decisions", str(tmp_path / "same"), "--db", db, "--json"])
+    assert run.exit_code == 0, run.output
+    same_out = json.loads(run.output)
+    assert same_out["compared"] == 300 and same_out["agreement"] == 1.0 and not same_out["better"]
+    assert same_out["challenger_minus_served_dr"] == 0.0
+    run = CliRunner().invoke(app, ["shadow", "--decisions", str(tmp_path / "nothing"), "--db", db])
+    assert run.exit_code == 2 and "user_config.shadow" in run.output
+    run = CliRunner().invoke(app, ["shadow", "--decisions", root, "--db", db, "--source", "crowd"])
+    assert run.exit_code == 2 and "--source must be one of" in run.output
+
+
+WRITER = """
+import sys, time
+from jeirt_ray.feedback.log import DecisionLog, LogSettings, new_id
+log = DecisionLog(LogSettings(root=sys.argv[1], flush_s=0.5))
+n = 0
+while True:
+    log.append([{"id": new_id(), "query_index": 0, "route": "route", "chosen": "a", "candidates": ["a"],
+                 "p_correct": [0.5], "propensity": 1.0}])
+    n += 1
+    print(n, time.time(), flush=True)
+    time.sleep(0.002)
+"""
+
+
+def test_a_process_killed_while_logging_loses_at_most_its_last_flush_interval(tmp_path):
+    """A replica's log is a thread of its process: SIGKILL (no goodbye) loses the rows appended
+    since its last write, at most flush_s (0.5 s here) of them plus the write in progress, and
+    leaves no half-written file for readers."""
+    import signal
+    import subprocess
+    import sys
+    root = tmp_path / "log"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4.0)
+        killed_at = time.time()
+        proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    appended = [(int(n), float(t)) for n, t in (line.split() for line in out.splitlines() if line.strip())]
+    written = pq.read_table(root).num_rows  # the temporary files are hidden (dot-names)
+    lost = len(appended) - written
+    at_risk = sum(1 for _, t in appended if t > killed_at - 0.5 - 0.5)  # flush_s, and a write's own time
+    assert written > 0 and 0 <= lost <= at_risk, (len(appended), written, at_risk)

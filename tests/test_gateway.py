@@ -162,6 +162,14 @@ def test_router_config_upstreams_are_typed():
         RouterConfig(upstreams={"b": {"url": "https://x/v1", "api_keyenv": "K"}})
     with pytest.raises(ValueError, match="max_tries"):
         RouterConfig(gateway={"max_tries": 0})
+    # exploring and shadowing need what they build on, said in the error
+    with pytest.raises(ValueError, match="explore needs learning: set enabled: true"):
+        RouterConfig(learning={"explore": 0.1})
+    with pytest.raises(ValueError, match="shadow needs the decision log"):
+        RouterConfig(decisions={"enabled": False}, shadow={"share": 0.1})
+    with pytest.raises(ValueError, match="shadow.alias 'champion' is the alias served"):
+        RouterConfig(shadow={"alias": "champion", "share": 0.1})
+    assert RouterConfig(learning={"enabled": True, "explore": 0.1}, shadow={"share": 0.1}).shadow.alias == "challenger"
 
 
 def test_a_dripping_upstream_is_cut_at_the_try_deadline_and_the_next_llm_answers(ups):

@@ -39,7 +39,9 @@ def registry(tmp_path_factory, synthetic):
         space = train_space(prep, TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=40), members=1,
                             progress=False)
         reg = SpaceRegistry()
-        reg.promote(NAME, reg.register(space, NAME), "champion")
+        version = reg.register(space, NAME)
+        reg.promote(NAME, version, "champion")
+        reg.promote(NAME, version, "challenger")  # what the service routes in shadow (user_config.shadow)
         yield reg, space, prep
 
 
@@ -95,6 +97,7 @@ def service(registry, tmp_path_factory):
     router["user_config"]["decisions"] = {"path": str(SERVED["decisions"]), "feedback_url": SERVED["feedback_url"],
                                           "flush_s": 0.5}
     router["user_config"]["learning"] = {"enabled": True, "poll_s": 0.5, "explore": 0.5}
+    router["user_config"]["shadow"] = {"alias": "challenger", "share": 1.0}
     path = tmp_path_factory.mktemp("cfg") / "local.yaml"
     path.write_text(yaml.safe_dump(raw))
     with local_ray():
@@ -173,11 +176,36 @@ def test_decisions_are_logged_and_graded_once_per_source(service, registry):
     # both replicas learn the two grades (health is answered by either; learning.poll_s 0.5)
     assert wait_for(lambda: all(httpx.get(f"{service}/health", headers=ADMIN, timeout=30).json()["learning"]["applied"]
                                 >= 2 for _ in range(8)), timeout=15)
-    states = [httpx.get(f"{service}/health", headers=ADMIN, timeout=30).json()["learning"] for _ in range(8)]
-    assert all(s["explore"] == 0.5 for s in states) and max(s["exploration"]["queries"] for s in states) >= 1
+    def explored_somewhere():  # a replica counts the queries it explored on once its learner attached
+        for _ in range(4):
+            last.append(httpx.post(f"{service}/v1/route", json={"queries": texts}, headers=ADMIN, timeout=30).json()["id"])
+        states.extend(httpx.get(f"{service}/health", headers=ADMIN, timeout=30).json() for _ in range(8))
+        return max(s["learning"]["exploration"]["queries"] for s in states) >= 1
+    states, last = [], []
+    assert wait_for(explored_somewhere, timeout=30), [s["learning"] for s in states[-8:]]
+    assert all(s["learning"]["explore"] == 0.5 for s in states)
+    # the challenger (looked up every refresh_s) routes the same queries in shadow (share 1), logged
+    # beside with the same id
+    assert wait_for(lambda: len(_shadow_rows(last[-1])) == 2, timeout=15), str(httpx.get(f"{service}/health", headers=ADMIN, timeout=30).json()["shadow"])
+    shadowed = _shadow_rows(last[-1])
+    assert sorted(r["query_index"] for r in shadowed) == [0, 1]
+    assert all(r["space"].startswith(f"{NAME}/") and r["query"] is None for r in shadowed)
+    shadow = httpx.get(f"{service}/health", headers=ADMIN, timeout=30).json()["shadow"]
+    assert shadow["alias"] == "challenger" and shadow["space"].startswith(f"{NAME}/") and "error" not in shadow
     written = table.drop(columns=["embedding", "p_correct", "expected_cost"]).astype(str).to_string()  # Parquet is compressed
     written += str(FeedbackStore(SERVED["feedback_url"]).since())
     assert TOKEN not in written and texts[1][:40] not in written
+
+
+def _shadow_rows(decision_id: str) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    from jeirt_ray.feedback.log import shadow_root
+    path = Path(shadow_root(str(SERVED["decisions"])))
+    if not path.exists():
+        return []
+    rows = pq.read_table(path, columns=["id", "query_index", "space", "query"]).to_pylist()
+    return [r for r in rows if r["id"] == decision_id]
 
 
 def test_jeirt_route_offers_every_setting_of_the_route(service, registry):

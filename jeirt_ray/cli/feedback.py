@@ -142,3 +142,33 @@ def learn(space: str = typer.Option(..., "--space", help="the champion, models:/
     console.print(f"{out['registered']}: learned {out['grades_learned']} grades, held out {out['grades_held_out']}; "
                   f"log-loss gain {out['log_loss_gain']:+.4f} [{lo:+.4f}, {hi:+.4f}]; {verdict}", highlight=False,
                   soft_wrap=True)
+
+
+def shadow(decisions: Optional[str] = typer.Option(None, "--decisions", help="the decision log (default "
+                                                   "$JEIRT_HOME/decisions); the shadow's is beside it, <log>-shadow"),
+           db: Optional[str] = typer.Option(None, "--db", help="the feedback database (default JEIRT_FEEDBACK_URL, "
+                                                               "else SQLite at $JEIRT_HOME/feedback.db)"),
+           since_days: float = typer.Option(7.0, "--since-days", help="the decisions and grades of the last N days"),
+           source: Optional[str] = typer.Option(None, "--source", help="only this source's grades (user, judge, "
+                                                                       "key); default: a decision's grades averaged"),
+           as_json: bool = typer.Option(False, "--json", help="the whole comparison as JSON")):
+    """Compare the challenger that routed in shadow (user_config.shadow) with the served space on
+    the graded decisions: off-policy estimates with 95% intervals; exit 0 either way."""
+    import json
+
+    from ..feedback.shadow import compare_shadow
+    from ..feedback.store import SOURCES
+    with expected_failures(prefix="shadow: "):
+        if source is not None and source not in SOURCES:
+            raise ValueError(f"--source must be one of {', '.join(SOURCES)}, not {source!r}")
+        out = compare_shadow(decisions, db, since_days, source)
+    if as_json:
+        print(json.dumps(out, indent=1))
+        return
+    lo, hi = out["challenger_minus_served_dr_ci95"]
+    verdict = "[green]better[/green]" if out["better"] else "[yellow]not shown better[/yellow]"
+    console.print(f"{out['compared']} graded decisions routed in shadow too (agreement {out['agreement']:.0%}, "
+                  f"{out['explored']} explored): served {out['served']['mean']:.3f}, challenger "
+                  f"{out['challenger']['dr']:.3f} (doubly robust; IPS {out['challenger']['ips']:.3f}); "
+                  f"challenger - served {out['challenger_minus_served_dr']:+.3f} [{lo:+.3f}, {hi:+.3f}]: {verdict}",
+                  highlight=False, soft_wrap=True)

@@ -21,8 +21,10 @@ from .store import Conflict, FeedbackStore, Grade
 COLUMNS = ["id", "query_index", "space", "answered_by", "status", "encoder", "embedding", "query", "answer"]
 
 
-def read_log(root: str | None = None, since_days: float | None = None, columns: list[str] | None = None):
-    """The decision log as a pyarrow table (the day partitions since `since_days` ago)."""
+def read_log(root: str | None = None, since_days: float | None = None, columns: list[str] | None = None,
+             ids: list[str] | None = None):
+    """The decision log as a pyarrow table (the day partitions since `since_days` ago; the rows of
+    decisions `ids` only, if given)."""
     fs, path = filesystem(root)
     wanted = days(fs, path)
     if since_days is not None:
@@ -33,7 +35,10 @@ def read_log(root: str | None = None, since_days: float | None = None, columns: 
                                                                         if since_days is not None else ""))
     day = pads.partitioning(pa.schema([("day", pa.string())]), flavor="hive")
     data = pads.dataset(path, filesystem=fs, format="parquet", partitioning=day, exclude_invalid_files=True)
-    return data.to_table(columns=columns, filter=pads.field("day") >= wanted[0])
+    where = pads.field("day") >= wanted[0]
+    if ids is not None:
+        where &= pads.field("id").isin(ids)
+    return data.to_table(columns=columns, filter=where)
 
 
 def grade_with_key(key: AnswerKey, question_of: dict[str, str], store: FeedbackStore, root: str | None = None,

@@ -84,6 +84,11 @@ def filesystem(root: str | None) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), str(Path(root).absolute())
 
 
+def shadow_root(root: str | None) -> str:
+    """Where a shadow's decisions are logged, beside the log at `root`: `<root>-shadow`."""
+    return (root or str(paths.home() / "decisions")).rstrip("/") + "-shadow"
+
+
 @dataclass(frozen=True)
 class LogSettings:
     root: str | None = None

@@ -23,6 +23,25 @@ def evaluate_policy(chosen: np.ndarray, propensity: np.ndarray, reward: np.ndarr
     """The target policy's mean reward on the logged queries (`chosen`, `propensity`, `reward`:
     one per query; `target`: (n, LLMs) the target's choice probabilities; `reward_model`: (n, LLMs)
     predicted rewards, for the doubly robust estimate)."""
+    parts, weight = decision_values(chosen, propensity, reward, target, reward_model)
+    n = len(weight)
+    rng = np.random.default_rng(seed)
+    boot = rng.integers(0, n, size=(n_boot, n))
+    out = {"n": n, "mean_weight": float(weight.mean()), "max_weight": float(weight.max())}
+    for name, values in parts.items():
+        out[name] = float(values.mean())
+        out[f"{name}_ci95"] = _interval(values[boot].mean(1))
+    reward = np.asarray(reward, dtype=np.float64)
+    snips = (weight * reward)[boot].sum(1) / np.maximum(weight[boot].sum(1), 1e-12)
+    out["snips"] = float((weight * reward).sum() / max(weight.sum(), 1e-12))
+    out["snips_ci95"] = _interval(snips)
+    return out
+
+
+def decision_values(chosen: np.ndarray, propensity: np.ndarray, reward: np.ndarray, target: np.ndarray,
+                    reward_model: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """({"ips": ..., "dr": ... (with a reward model)}: each decision's term, whose mean is the
+    estimate; the importance weights pi(a|x) / mu(a|x)), checked as evaluate_policy's arguments."""
     chosen = np.asarray(chosen, dtype=np.int64)
     propensity = np.asarray(propensity, dtype=np.float64)
     reward = np.asarray(reward, dtype=np.float64)
@@ -39,16 +58,7 @@ def evaluate_policy(chosen: np.ndarray, propensity: np.ndarray, reward: np.ndarr
     if reward_model is not None:
         q = np.asarray(reward_model, dtype=np.float64)
         parts["dr"] = (target * q).sum(1) + weight * (reward - q[rows, chosen])
-    rng = np.random.default_rng(seed)
-    boot = rng.integers(0, n, size=(n_boot, n))
-    out = {"n": n, "mean_weight": float(weight.mean()), "max_weight": float(weight.max())}
-    for name, values in parts.items():
-        out[name] = float(values.mean())
-        out[f"{name}_ci95"] = _interval(values[boot].mean(1))
-    snips = (weight * reward)[boot].sum(1) / np.maximum(weight[boot].sum(1), 1e-12)
-    out["snips"] = float((weight * reward).sum() / max(weight.sum(), 1e-12))
-    out["snips_ci95"] = _interval(snips)
-    return out
+    return parts, weight
 
 
 def one_hot(choices: np.ndarray, k: int) -> np.ndarray:

@@ -42,6 +42,7 @@ from .metrics import make_metrics
 from .onboarding import OnboarderBusy
 from .learned import ReplicaLearning
 from .recording import Recorder
+from .shadow import ShadowRouting
 from .replicas import Encoder, Onboarder, ThreadedEncoder
 from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, FeedbackRequest, FeedbackResponse, HealthResponse, KeyResponse, LLMsResponse, MapResponse,
                       ModelsResponse, OnboardRequest, OnboardResponse, PlanRequest, PlanResponse, RouteRequest,
@@ -101,6 +102,7 @@ class Router:
                                   lambda: self.recorder)
         self.conversations: Conversations | None = None
         self.learning = ReplicaLearning(self.live, encoder_id)
+        self.shadow = ShadowRouting(self.live, encoder_id, tracking_uri)
         self.live.watch()
 
     def __del__(self):
@@ -110,6 +112,8 @@ class Router:
             self.live.close()
         if getattr(self, "learning", None) is not None:
             self.learning.close()
+        if getattr(self, "shadow", None) is not None:
+            self.shadow.close()
         if getattr(self, "gateway", None) is not None:
             self.gateway.close_soon()
         if getattr(self, "recorder", None) is not None:  # write what the decision log holds
@@ -125,6 +129,7 @@ class Router:
         if self.recorder.config != self.live.config.decisions:
             old, self.recorder = self.recorder, Recorder(self.live.config.decisions, self.metrics, self.recorder.encoder_id)
             old.close()
+        self.shadow.refresh()  # the shadow routes from the replica's first request, not one refresh_s later
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)
     async def _encode_inline(self, texts: list[str]) -> list[np.ndarray]:
@@ -156,6 +161,7 @@ class Router:
             self.metrics.explored(route, explored)
         decision_id = recorder.new_id()
         rows = recorder.rows(decision_id, route, key, core, version, results, x, texts)
+        self.shadow.offer(recorder, decision_id, route, key, x, texts, options)
         if top_k is not None:
             for r in results:
                 r["scores"] = r["scores"][:top_k]
@@ -350,7 +356,7 @@ class Router:
              responses={500: ERRORS[500]}, **scoped(PUBLIC))
     async def health(self, request: Request = None) -> dict:
         """ok or degraded (serving while the registry cannot be read); the details for admin keys."""
-        health = {**self.live.health(), "learning": self.learning.stats()}
+        health = {**self.live.health(), "learning": self.learning.stats(), "shadow": self.shadow.stats()}
         key = request.scope.get(KEY_SCOPE) if request is not None else None
         return health if request is None or (key is not None and key.allows("admin")) else {"status": health["status"]}
 

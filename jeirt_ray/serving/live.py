@@ -156,12 +156,16 @@ class LiveSpace:
                 return
             self._serve(*(changed or (self.version, self.core.space)))
 
-    def _serve(self, version: str, space: CoreSpace) -> None:
-        """Route with `space` (registered `version`) and the current settings (under the lock)."""
+    def router_for(self, version: str, space: CoreSpace) -> SpaceRouter:
+        """A router of `space` (registered `version`) with the current settings' prices and policy."""
         table = self.config.price_table()
-        core = SpaceRouter(space, self.config.usd_per_call, self.config.default_policy,
+        return SpaceRouter(space, self.config.usd_per_call, self.config.default_policy,
                            prices=None if table is None else resolve_prices(space.model_names, table),
                            label=f"{self.model}/{version}")
+
+    def _serve(self, version: str, space: CoreSpace) -> None:
+        """Route with `space` (registered `version`) and the current settings (under the lock)."""
+        core = self.router_for(version, space)
         for hook in self.on_serve:
             hook(core)
         self.core, self.version = core, version

@@ -130,6 +130,15 @@ class LearningConfig(BaseModel):
         return self
 
 
+class ShadowConfig(BaseModel):
+    """A challenger routing a share of the requests beside the served space, never acted on
+    (serving/shadow.py): its decisions logged for `jeirt shadow` to compare on the graded traffic."""
+
+    model_config = ConfigDict(extra="forbid")
+    alias: str = Field("challenger", min_length=1, description="the registry alias of the shadow space")
+    share: float = Field(0.0, ge=0, le=1, description="the share of requests it also routes (0: off)")
+
+
 class RouterConfig(BaseModel):
     """The Router's `user_config`."""
 
@@ -149,11 +158,21 @@ class RouterConfig(BaseModel):
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     decisions: DecisionsConfig = Field(default_factory=DecisionsConfig)
     learning: LearningConfig = Field(default_factory=LearningConfig)
+    shadow: ShadowConfig = Field(default_factory=ShadowConfig)
 
     @model_validator(mode="before")
     @classmethod
     def _old_names(cls, data):
         return renamed_fields(data, {"costs": "usd_per_call"}, "the Router's user_config")
+
+    @model_validator(mode="after")
+    def _shadow_needs_the_log(self):
+        if self.shadow.share > 0 and not self.decisions.enabled:
+            raise ValueError("shadow needs the decision log: its decisions are compared with the logged ones "
+                             "(set decisions.enabled: true)")
+        if self.shadow.share > 0 and self.shadow.alias == self.alias:
+            raise ValueError(f"shadow.alias {self.shadow.alias!r} is the alias served: name the challenger's")
+        return self
 
     def price_table(self):
         """The configured prices as a routing.prices.PriceTable (None: the space's own)."""

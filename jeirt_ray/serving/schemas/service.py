@@ -48,6 +48,15 @@ class LearningState(BaseModel):
     exploration: ExplorationSpend
 
 
+class ShadowState(BaseModel):
+    share: float = Field(description="user_config.shadow.share: the share of requests the challenger also routes")
+    alias: str = Field(description="user_config.shadow.alias")
+    space: str | None = Field(None, description="the shadow space routing (none: no version has that alias)")
+    error: str | None = Field(None, description="why no shadow routes, or why its last route failed")
+    routed: int = Field(description="requests this replica's shadow routed and logged")
+    failed: int = Field(description="requests the shadow could not route (e.g. a policy it has no prices for)")
+
+
 class HealthResponse(BaseModel):
     status: Literal["ok", "degraded"] = Field(description="'degraded': serving the loaded version while the "
                                                           "registry cannot be read")
@@ -55,6 +64,7 @@ class HealthResponse(BaseModel):
     llms: int | None = Field(None, description="admin keys only")
     registry: RegistryState | None = Field(None, description="admin keys only")
     learning: LearningState | None = Field(None, description="admin keys only")
+    shadow: ShadowState | None = Field(None, description="admin keys only")
 
 
 class KeyUsage(BaseModel):

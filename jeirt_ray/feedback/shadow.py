@@ -1,0 +1,104 @@
+"""`jeirt shadow`: the challenger that routed a share of the traffic in shadow (serving/shadow.py)
+compared with the served space on the decisions that were graded.
+
+Each graded decision that the shadow also routed gives the served space's reward (the grade of
+the LLM that answered) and, off-policy, the challenger's: the graded LLM is the logged action
+with its logged propensity (1 where the service did not explore), the challenger's choice the
+target. Estimates with 95% bootstrap intervals over decisions: `ips` (unbiased only where the
+logging policy could have chosen what the challenger chose: a service that explores), `snips`,
+and `dr`, doubly robust with the served space's own logged P(correct) as the reward model (a
+disagreement on a decision the service did not explore is valued by that model: conservative
+towards the served space). `challenger_minus_served_dr` is the paired difference per decision.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from ..experiments.online_sim import paired_ci
+from ..learning.offpolicy import decision_values, evaluate_policy
+from .graders import read_log
+from .log import shadow_root
+from .store import FeedbackStore
+
+COLUMNS = ["id", "query_index", "space", "candidates", "p_correct", "chosen", "propensity"]
+
+
+def compare_shadow(root: str | None = None, feedback_url: str | None = None, since_days: float = 7.0,
+                   source: str | None = None) -> dict:
+    """The comparison on the last `since_days` (grades from `source` only, else the mean of a
+    decision's grades): a dict of counts, estimates and `better` (the paired interval above 0)."""
+    try:
+        shadow = _by_key(read_log(shadow_root(root), since_days, ["id", "query_index", "space", "chosen"]).to_pylist())
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{e}: no shadow decisions to compare; set the Router's user_config.shadow "
+                                f"(alias, share) and let graded traffic through") from None
+    grades = _grades(FeedbackStore(feedback_url), time.time() - since_days * 86400, source, set(shadow))
+    graded_ids = sorted({k[0] for k in grades})
+    served = _by_key(r for r in read_log(root, since_days, COLUMNS, ids=graded_ids).to_pylist()
+                     if (r["id"], r["query_index"] or 0) in grades)
+    chosen, propensity, reward, target, model = [], [], [], [], []
+    agree = unsupported = 0
+    spaces = {"served": set(), "challenger": set()}
+    for key, (score, llm, prop) in grades.items():
+        row, other = served.get(key), shadow.get(key)
+        if row is None or other is None or llm not in row["candidates"]:
+            continue
+        cands = list(row["candidates"])
+        spaces["served"].add(row["space"])
+        spaces["challenger"].add(other["space"])
+        pick = np.zeros(len(cands))
+        if other["chosen"] in cands:
+            pick[cands.index(other["chosen"])] = 1.0
+        else:  # an LLM the served space did not weigh: no logged evidence about it
+            unsupported += 1
+        agree += other["chosen"] == row["chosen"]
+        chosen.append(cands.index(llm))
+        propensity.append(prop if prop is not None and llm == row["chosen"] else 1.0)
+        reward.append(score)
+        target.append(pick)
+        model.append(np.asarray(row["p_correct"], dtype=np.float64))
+    n = len(reward)
+    if n == 0:
+        raise ValueError(f"no graded decision of the last {since_days:g} days was also routed in shadow "
+                         f"({len(shadow)} shadow decisions, {len(grades)} of them graded): grade more traffic")
+    target, model, reward = _padded(target), _padded(model), np.asarray(reward)
+    challenger = evaluate_policy(chosen, propensity, reward, target, reward_model=model)
+    parts, _ = decision_values(chosen, propensity, reward, target, model)
+    lo, hi = paired_ci(parts["dr"], reward)
+    return {"compared": n, "agreement": agree / n, "unsupported": unsupported,
+            "explored": int(np.sum(np.asarray(propensity) < 1)),
+            "served_space": sorted(spaces["served"]), "challenger_space": sorted(spaces["challenger"]),
+            "served": {"mean": float(reward.mean()), "ci95": list(paired_ci(reward, np.zeros(n)))},
+            "challenger": {k: challenger[k] for k in ("ips", "ips_ci95", "snips", "snips_ci95", "dr", "dr_ci95")},
+            "challenger_minus_served_dr": float((parts["dr"] - reward).mean()),
+            "challenger_minus_served_dr_ci95": [float(lo), float(hi)], "better": bool(lo > 0),
+            "since_days": since_days, "source": source}
+
+
+def _padded(rows: list[np.ndarray]) -> np.ndarray:
+    """Rows of different lengths (decisions weigh different numbers of candidates), zero-padded."""
+    width = max(len(r) for r in rows)
+    return np.stack([np.pad(r, (0, width - len(r))) for r in rows])
+
+
+def _by_key(rows) -> dict:
+    return {(r["id"], r["query_index"] or 0): r for r in rows}
+
+
+def _grades(store: FeedbackStore, cutoff: float, source: str | None, keys: set) -> dict:
+    """{(id, query_index): (mean score, the LLM graded, its propensity)} of the decisions in `keys`."""
+    scores, what = defaultdict(list), {}
+    seq = 0
+    while rows := store.since(seq, 10_000):
+        seq = rows[-1]["seq"]
+        for r in rows:
+            key = (r["id"], r["query_index"])
+            if r["time"] < cutoff or key not in keys or (source is not None and r["source"] != source):
+                continue
+            scores[key].append(r["score"])
+            what[key] = (r["llm"], r["propensity"])
+    return {k: (float(np.mean(v)), *what[k]) for k, v in scores.items()}
