@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from ..learning.online import OnlineState, Outcomes, posterior_draws
+from ..learning.online import OnlineState, Outcomes, member_logits, posterior_draws
 from .store import FeedbackStore
 
 log = logging.getLogger("jeirt.learning")
@@ -68,8 +68,7 @@ class FeedbackLearner:
         """(n, LLMs) P(correct) under the learned means, averaged over the space's members."""
         geo = self.state.geometry(x)
         self._last = (x, geo)  # a route's exploration draws for the same queries next (draw_proba)
-        logits = np.stack([u @ t.T - n[:, None] for (u, n), t in zip(geo, self._theta)])
-        return (1.0 / (1.0 + np.exp(-logits))).mean(0)
+        return (1.0 / (1.0 + np.exp(-member_logits(geo, self._theta)))).mean(0)
 
     def draw_proba(self, x: np.ndarray, draws: int, rng: np.random.Generator | None = None) -> np.ndarray:
         """(draws, n, LLMs) P(correct) drawn from the learned posterior (exploration's)."""

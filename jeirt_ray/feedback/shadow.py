@@ -57,7 +57,7 @@ def compare_shadow(root: str | None = None, feedback_url: str | None = None, sin
             unsupported += 1
         agree += other["chosen"] == row["chosen"]
         chosen.append(cands.index(llm))
-        propensity.append(prop if prop is not None and llm == row["chosen"] else 1.0)
+        propensity.append(1.0 if prop is None else prop)  # none: not explored, or a grade of another LLM
         reward.append(score)
         target.append(pick)
         model.append(np.asarray(row["p_correct"], dtype=np.float64))

@@ -107,7 +107,7 @@ class OnlineState:
 
     def logits(self, geo) -> np.ndarray:
         """The posterior mean of every LLM's logit per member: (members, n, LLMs)."""
-        return np.stack([u @ t.T - n[:, None] for (u, n), t in zip(geo, self.theta)])
+        return member_logits(geo, self.theta)
 
     def logit_variance(self, geo, only: np.ndarray | None = None) -> np.ndarray:
         """The posterior variance of every LLM's logit per member, z' cov z: (members, n, LLMs);
@@ -239,13 +239,18 @@ def _learn_batch(theta: np.ndarray, cov: np.ndarray, z: np.ndarray, norm: np.nda
     theta += cov @ (z.T @ (y - p))
 
 
+def member_logits(geo, theta: list[np.ndarray]) -> np.ndarray:
+    """Every LLM's logit per member with vectors `theta`: (members, n, LLMs)."""
+    return np.stack([u @ t.T - n[:, None] for (u, n), t in zip(geo, theta)])
+
+
 def posterior_draws(geo, theta: list[np.ndarray], variances: list[np.ndarray], draws: int,
                     rng: np.random.Generator) -> np.ndarray:
     """(draws, n, LLMs) P(correct), fast enough for every routed query: each logit drawn from a
     normal with its posterior mean (theta) and the variance the covariance's diagonal gives (sum
     of z_j^2 C_jj: the correlations between coordinates left out, as reading each LLM's full d x d
     covariance per query costs milliseconds), averaged over members."""
-    mean = np.stack([u @ t.T - n[:, None] for (u, n), t in zip(geo, theta)])
+    mean = member_logits(geo, theta)
     var = np.stack([(z * z) @ v.T for (z, _), v in zip(geo, variances)])
     return _sigmoid(mean + np.sqrt(var) * rng.standard_normal((draws,) + mean.shape)).mean(1)
 

@@ -186,9 +186,6 @@ class SpaceRouter:
         """(choose, the policy's own score per LLM) of a policy: choose(available) -> one column
         per row; choose(available, q, rows) applies the same policy to other P(correct) `q` whose
         rows are the queries `rows` (an exploration's posterior draws)."""
-        def at(rows):
-            return None if cost is None or rows is None else cost[rows]
-
         if policy == "tuned" and self.tuned is not None:
             chosen_policy, builder = self.tuned
             signals = builder.build(p, x, chosen_policy)
@@ -197,17 +194,23 @@ class SpaceRouter:
                 s = signals if q is None else replace(signals.take(rows), p=q)
                 return chosen_policy.choose(s, available)
             return tuned, chosen_policy.scores(signals)
+        # rule(P(correct), USD, available) of the other policies
         if policy in ("most_likely", "tuned"):  # tuned without a stored policy: the highest p
-            return (lambda available, q=None, rows=None: available_argmax(p if q is None else q, available)), p
-        if policy in ("cost_weighted", "budget"):
+            rule, score = (lambda q, c, available: available_argmax(q, available)), p
+        elif policy in ("cost_weighted", "budget"):
             w = cost_weight if policy == "cost_weighted" else self.budget_weight(budget_per_1k)
-            return (lambda available, q=None, rows=None: cost_weighted_choice(
-                p if q is None else q, cost if q is None else at(rows), w, available)), cost_weighted_scores(p, cost, w)
-        if policy == "quality_target":
-            return (lambda available, q=None, rows=None: quality_target_choice(
-                p if q is None else q, cost if q is None else at(rows), available, target_p, target_share)), p
-        return (lambda available, q=None, rows=None: cheapest_within_margin(
-            p if q is None else q, cost if q is None else at(rows), margin, available)), p
+            rule, score = (lambda q, c, available: cost_weighted_choice(q, c, w, available)), \
+                cost_weighted_scores(p, cost, w)
+        elif policy == "quality_target":
+            rule, score = (lambda q, c, available: quality_target_choice(q, c, available, target_p, target_share)), p
+        else:
+            rule, score = (lambda q, c, available: cheapest_within_margin(q, c, margin, available)), p
+
+        def choose(available, q=None, rows=None):
+            if q is None:
+                return rule(p, cost, available)
+            return rule(q, None if cost is None else cost[rows], available)
+        return choose, score
 
     def route(self, x: np.ndarray, *, policy: str | None = None, candidates: list[str] | None = None,
               top_k: int | None = DEFAULT_TOP_K, cost_weight: float = 0.0, margin: float = 0.02,
