@@ -167,7 +167,9 @@ def shadow(decisions: Optional[str] = typer.Option(None, "--decisions", help="th
         return
     lo, hi = out["challenger_minus_served_dr_ci95"]
     verdict = "[green]better[/green]" if out["better"] else "[yellow]not shown better[/yellow]"
-    console.print(f"{out['compared']} graded decisions routed in shadow too (agreement {out['agreement']:.0%}, "
+    left = f" ({out['graded_not_compared']} graded ones not in the log or not weighing the LLM graded)" \
+        if out["graded_not_compared"] else ""
+    console.print(f"{out['compared']} graded decisions routed in shadow too{left} (agreement {out['agreement']:.0%}, "
                   f"{out['explored']} explored): served {out['served']['mean']:.3f}, challenger "
                   f"{out['challenger']['dr']:.3f} (doubly robust; IPS {out['challenger']['ips']:.3f}); "
                   f"challenger - served {out['challenger_minus_served_dr']:+.3f} [{lo:+.3f}, {hi:+.3f}]: {verdict}",

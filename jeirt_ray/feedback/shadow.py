@@ -45,7 +45,7 @@ def compare_shadow(root: str | None = None, feedback_url: str | None = None, sin
     spaces = {"served": set(), "challenger": set()}
     for key, (score, llm, prop) in grades.items():
         row, other = served.get(key), shadow.get(key)
-        if row is None or other is None or llm not in row["candidates"]:
+        if row is None or other is None or llm not in row["candidates"]:  # counted: graded_not_compared
             continue
         cands = list(row["candidates"])
         spaces["served"].add(row["space"])
@@ -69,7 +69,7 @@ def compare_shadow(root: str | None = None, feedback_url: str | None = None, sin
     challenger = evaluate_policy(chosen, propensity, reward, target, reward_model=model)
     parts, _ = decision_values(chosen, propensity, reward, target, model)
     lo, hi = paired_ci(parts["dr"], reward)
-    return {"compared": n, "agreement": agree / n, "unsupported": unsupported,
+    return {"compared": n, "graded_not_compared": len(grades) - n, "agreement": agree / n, "unsupported": unsupported,
             "explored": int(np.sum(np.asarray(propensity) < 1)),
             "served_space": sorted(spaces["served"]), "challenger_space": sorted(spaces["challenger"]),
             "served": {"mean": float(reward.mean()), "ci95": list(paired_ci(reward, np.zeros(n)))},

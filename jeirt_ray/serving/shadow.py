@@ -19,6 +19,9 @@ from ..routing.router import RequestError
 from .live import LiveSpace, RegistryUnreachable, SpaceSource
 
 
+MAX_PENDING = 64  # shadow routes in flight per replica; more sampled requests are skipped and counted
+
+
 class ShadowRouting:
     def __init__(self, live: LiveSpace, encoder_id: str, tracking_uri: str | None):
         self.live = live
@@ -27,7 +30,7 @@ class ShadowRouting:
         self.alias: str | None = None
         self.error: str | None = None
         self.log: DecisionLog | None = None
-        self.counts = {"routed": 0, "failed": 0}
+        self.counts = {"routed": 0, "failed": 0, "skipped": 0}
         self._tasks: set = set()
         self._lock = threading.Lock()
         self.stopped = threading.Event()
@@ -41,6 +44,9 @@ class ShadowRouting:
         """Route a sampled request with the challenger too, in the background."""
         core = self.core
         if self.config.share <= 0 or core is None or recorder.log is None or random.random() >= self.config.share:
+            return
+        if len(self._tasks) >= MAX_PENDING:  # a challenger slower than the traffic: bounded, not queued
+            self.counts["skipped"] += 1
             return
         task = asyncio.get_running_loop().create_task(
             self._route(recorder, core, decision_id, route, key, x, texts, options))

@@ -55,6 +55,7 @@ class ShadowState(BaseModel):
     error: str | None = Field(None, description="why no shadow routes, or why its last route failed")
     routed: int = Field(description="requests this replica's shadow routed and logged")
     failed: int = Field(description="requests the shadow could not route (e.g. a policy it has no prices for)")
+    skipped: int = Field(description="sampled requests not shadowed because 64 shadow routes were in flight")
 
 
 class HealthResponse(BaseModel):
