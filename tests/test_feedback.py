@@ -219,12 +219,12 @@ def test_an_llm_judge_grades_a_share_counts_what_it_cannot_parse_and_its_own_cos
     assert 0.08 < np.mean([sampled(d, 0.1) for d in ids]) < 0.12 and all(sampled(d, 0.1) == sampled(d, 0.1) for d in ids)
 
 
-def test_jeirt_shadow_estimates_the_challengers_value_from_the_graded_traffic(tmp_path):
+def test_jeirt_shadow_estimates_the_challengers_value_from_the_graded_traffic(tmp_path, monkeypatch):
     """An exploring service chose LLM a with probability 0.7 and b with 0.3; a answers right half of
     the time, b 80%. A challenger that routed every decision in shadow to b is worth 0.8: the
     off-policy estimates find it within their intervals and better than the served 0.59; a
     challenger that chooses as a service that does not explore is not shown better; no shadow log
-    names the setting."""
+    names the setting; --promote moves @champion only on that evidence and from the served version."""
     import json
 
     from typer.testing import CliRunner
@@ -274,6 +274,30 @@ def test_jeirt_shadow_estimates_the_challengers_value_from_the_graded_traffic(tm
     assert same_out["challenger_minus_served_dr"] == 0.0
     run = CliRunner().invoke(app, ["shadow", "--decisions", str(tmp_path / "nothing"), "--db", db])
     assert run.exit_code == 2 and "user_config.shadow" in run.output
+
+    # --promote moves the served alias only on the evidence, and only from the version served
+    from jeirt_ray.feedback.shadow import promote
+    from jeirt_ray.tracking.registry import SpaceRegistry
+    registry = SpaceRegistry(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    registry.client.create_registered_model("m")
+    for _ in range(3):
+        registry.client.create_model_version("m", source=str(tmp_path))
+    registry.promote("m", 1)
+    assert promote({**out, "better": False}, registry=registry)["promoted"] is False
+    assert str(registry.resolve("models:/m@champion").version) == "1"
+    registry.promote("m", 3)  # moved since the traffic was served: the evidence is about version 1
+    with pytest.raises(ValueError, match="not the served m/1"):
+        promote(out, registry=registry)
+    registry.promote("m", 1)
+    with pytest.raises(ValueError, match="2 challenger versions"):
+        promote({**out, "challenger_space": ["m/2", "m/3"]}, registry=registry)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", registry.tracking_uri)
+    run = CliRunner().invoke(app, ["shadow", "--decisions", root, "--db", db, "--source", "key", "--promote",
+                                   "champion"])
+    assert run.exit_code == 0 and "@champion moved from models:/m/1 to models:/m/2" in run.output, run.output
+    assert str(registry.resolve("models:/m@champion").version) == "2"
+    evidence = json.loads(registry.resolve("models:/m@champion").tags["shadow_evidence"])
+    assert evidence["served"] == "m/1" and evidence["challenger_minus_served_dr_ci95"][0] > 0.1
     run = CliRunner().invoke(app, ["shadow", "--decisions", root, "--db", db, "--source", "crowd"])
     assert run.exit_code == 2 and "--source must be one of" in run.output
 

@@ -151,17 +151,23 @@ def shadow(decisions: Optional[str] = typer.Option(None, "--decisions", help="th
            since_days: float = typer.Option(7.0, "--since-days", help="the decisions and grades of the last N days"),
            source: Optional[str] = typer.Option(None, "--source", help="only this source's grades (user, judge, "
                                                                        "key); default: a decision's grades averaged"),
+           promote_to: Optional[str] = typer.Option(None, "--promote", help="move this alias (the one served, e.g. "
+                                                    "champion) to the challenger's version when the interval shows "
+                                                    "it better; the evidence goes in the version's tags"),
            as_json: bool = typer.Option(False, "--json", help="the whole comparison as JSON")):
     """Compare the challenger that routed in shadow (user_config.shadow) with the served space on
-    the graded decisions: off-policy estimates with 95% intervals; exit 0 either way."""
+    the graded decisions: off-policy estimates with 95% intervals; exit 0 either way (promoted or
+    not)."""
     import json
 
-    from ..feedback.shadow import compare_shadow
+    from ..feedback.shadow import compare_shadow, promote
     from ..feedback.store import SOURCES
     with expected_failures(prefix="shadow: "):
         if source is not None and source not in SOURCES:
             raise ValueError(f"--source must be one of {', '.join(SOURCES)}, not {source!r}")
         out = compare_shadow(decisions, db, since_days, source)
+        if promote_to is not None:
+            out["promotion"] = promote(out, promote_to)
     if as_json:
         print(json.dumps(out, indent=1))
         return
@@ -174,3 +180,7 @@ def shadow(decisions: Optional[str] = typer.Option(None, "--decisions", help="th
                   f"{out['challenger']['dr']:.3f} (doubly robust; IPS {out['challenger']['ips']:.3f}); "
                   f"challenger - served {out['challenger_minus_served_dr']:+.3f} [{lo:+.3f}, {hi:+.3f}]: {verdict}",
                   highlight=False, soft_wrap=True)
+    if promote_to is not None:
+        move = out["promotion"]
+        console.print(f"@{promote_to} moved from {move['from']} to {move['to']}" if move["promoted"] else
+                      f"@{promote_to} left at {move['from']}", highlight=False, soft_wrap=True)

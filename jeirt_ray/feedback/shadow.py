@@ -9,10 +9,12 @@ logging policy could have chosen what the challenger chose: a service that explo
 and `dr`, doubly robust with the served space's own logged P(correct) as the reward model (a
 disagreement on a decision the service did not explore is valued by that model: conservative
 towards the served space). `challenger_minus_served_dr` is the paired difference per decision.
+`promote` moves the served alias to the challenger's version when that interval lies above 0.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 
@@ -22,6 +24,7 @@ from ..experiments.online_sim import paired_ci
 from ..learning.offpolicy import decision_values, evaluate_policy
 from .graders import read_log
 from .log import shadow_root
+from ..tracking.registry import SpaceRegistry
 from .store import FeedbackStore
 
 COLUMNS = ["id", "query_index", "space", "candidates", "p_correct", "chosen", "propensity"]
@@ -77,6 +80,36 @@ def compare_shadow(root: str | None = None, feedback_url: str | None = None, sin
             "challenger_minus_served_dr": float((parts["dr"] - reward).mean()),
             "challenger_minus_served_dr_ci95": [float(lo), float(hi)], "better": bool(lo > 0),
             "since_days": since_days, "source": source}
+
+
+def promote(out: dict, alias: str = "champion", registry: SpaceRegistry | None = None) -> dict:
+    """Move `alias` to the challenger's version when `out` (compare_shadow's) shows it better, with
+    the evidence in the version's tag `shadow_evidence`. Refused, naming why, when the comparison
+    mixed versions (an alias moved inside the window) or `alias` no longer points at the version
+    that was served (the evidence is about another champion). {promoted, from, to, alias}."""
+    for side in ("served", "challenger"):
+        if len(out[f"{side}_space"]) != 1:
+            raise ValueError(f"the compared decisions name {len(out[f'{side}_space'])} {side} versions "
+                             f"({', '.join(out[f'{side}_space'])}): compare one pair, with a --since-days that starts "
+                             f"after the last promotion, or move the alias yourself with `jeirt registry promote`")
+    (served,), (challenger,) = out["served_space"], out["challenger_space"]
+    name, version = challenger.rsplit("/", 1)
+    if served.rsplit("/", 1)[0] != name:
+        raise ValueError(f"served {served} and challenger {challenger} are versions of different spaces")
+    report = {"promoted": False, "alias": alias, "from": f"models:/{served}", "to": f"models:/{challenger}"}
+    if not out["better"]:
+        return report
+    registry = registry or SpaceRegistry()
+    current = registry.resolve(f"models:/{name}@{alias}")
+    if f"{name}/{current.version}" != served:
+        raise ValueError(f"models:/{name}@{alias} is version {current.version}, not the served {served} that the "
+                         f"challenger was compared with: compare again on the traffic since it moved")
+    registry.promote(name, int(version), alias)
+    evidence = {k: out[k] for k in ("compared", "agreement", "explored", "challenger_minus_served_dr",
+                                    "challenger_minus_served_dr_ci95", "since_days", "source")}
+    registry.client.set_model_version_tag(name, version, "shadow_evidence",
+                                          json.dumps({"served": served, **evidence})[:4000])
+    return {**report, "promoted": True}
 
 
 def _padded(rows: list[np.ndarray]) -> np.ndarray:
