@@ -333,3 +333,37 @@ def test_the_served_router_explores_with_any_policy_and_logs_each_choices_probab
     assert router.route(x[:50], policy="most_likely") == plain
     with pytest.raises(ValueError, match="explore must be a share from 0 to 1"):
         PolicyExploration(lambda q, d: None, 1.5)
+
+
+def test_an_llm_onboarded_from_few_answers_is_explored_more_than_a_trained_one(world, tmp_path):
+    """The onboarding fit keeps its vector's variance; the learner starts that LLM from it (wider
+    than a tight prior_var after 8 answers, narrower after 400) and counts it as new, so the served
+    router's posterior draws choose it more often than the trained LLM whose vector it copies; a
+    space onboarded before the variance was kept learns as before. (The population prior is about
+    the known LLMs' spread: narrower than a loose prior_var, so the widening shows at a tight one.)"""
+    from jeirt_ray.model.onboarding import onboard
+    space, prep = world["space"], world["prep"]
+    rows = prep.rows("train")
+    labels = prep.data.label_matrix(rows)[:, 0]
+    have = ~np.isnan(labels)
+    few = onboard(space, "newcomer", prep.X[rows][have][:8], labels[have][:8]).space
+    many = onboard(space, "newcomer", prep.X[rows][have][:400], labels[have][:400]).space
+    k = few.model_names.index("newcomer")
+    var = np.asarray(few.metadata["onboarded"]["newcomer"]["vector_var"])
+    assert var.shape == (1, space.model_vectors(0).shape[1])
+    prior_var = 0.003
+    state = OnlineState(few, prior_var=prior_var)
+    assert state.new[k] and not state.new[:k].any()
+    assert np.allclose(np.diag(state.cov[0][k]), np.maximum(var[0], prior_var)) and var[0].mean() > 3 * prior_var
+    assert np.allclose(np.diag(state.cov[0][0]), prior_var)
+    assert np.diag(OnlineState(many, prior_var=prior_var).cov[0][k]).mean() < var[0].mean()  # more answers, narrower
+    old = few.with_model("newcomer", [few.model_vectors(0)[k]])
+    old.metadata["onboarded"] = {"newcomer": {"responses": 8}}
+    assert not OnlineState(old, prior_var=prior_var).new[k]
+    # the same vector as LLM 0: the draws choose the less known one more often
+    twin = few.with_model("newcomer", [few.model_vectors(0)[0]])
+    state = OnlineState(twin, prior_var=prior_var)
+    x = prep.X[prep.rows("test")[:200]]
+    q = state.sample_proba(x, 64, np.random.default_rng(0))
+    wins = np.bincount(q.argmax(-1).ravel(), minlength=len(twin.model_names))
+    assert wins[k] > 2 * wins[0], wins

@@ -90,6 +90,23 @@ class OnlineState:
                                                       for k in range(w.shape[1])]))
         self.seen = np.zeros(len(space.model_names), dtype=np.int64)  # outcomes learned per LLM
         self.new = np.zeros(len(space.model_names), dtype=bool)  # added while learning (add_llm, reset_llm)
+        self._widen_onboarded()
+
+    def _widen_onboarded(self) -> None:
+        """An LLM onboarded from a few answers is known less well than a trained one: its prior is
+        the onboarding fit's own variance per coordinate where that is wider than `prior_var`, and
+        it counts as new (exploration tries it where it may be best, learning.explore.COLD)."""
+        for name, info in (self.space.metadata.get("onboarded") or {}).items():
+            var = info.get("vector_var") if isinstance(info, dict) else None
+            if name not in self.names or var is None or len(var) != len(self.theta) \
+                    or any(len(v) != self.d for v in var):
+                continue  # onboarded before the variance was kept, or since retrained: as a trained LLM
+            k = self.names.index(name)
+            for m, v in enumerate(var):
+                c = self.cov[m][k]
+                c[:self.d, :self.d] += np.diag(np.clip(np.asarray(v, dtype=np.float64) - np.diag(c)[:self.d], 0, None))
+            self.prior_diag[k] = np.max([np.diag(c[k]) for c in self.cov], axis=0)
+            self.new[k] = True
 
     @property
     def names(self) -> list[str]:

@@ -139,5 +139,9 @@ def onboard(space: CoreSpace, name: str, x: np.ndarray, labels: np.ndarray, *, h
         ids = candidate_ids if candidate_ids is not None else [str(i) for i in range(len(candidates))]
         report["next_questions"] = [{"question_id": ids[i], "information": float(info[i] / len(fits))} for i in top]
     new_space = space.with_model(name, [torch.as_tensor(f.theta, dtype=torch.float32).numpy() for f in fits])
-    new_space.metadata.setdefault("onboarded", {})[name] = {k: v for k, v in report.items() if k != "next_questions"}
+    # the vector's Laplace variance per coordinate and member: how far graded traffic may still move
+    # it, and where exploring it pays (learning/online.py OnlineState)
+    new_space.metadata.setdefault("onboarded", {})[name] = {
+        **{k: v for k, v in report.items() if k != "next_questions"},
+        "vector_var": [[float(f"{v:.4g}") for v in np.diag(f.cov)] for f in fits]}
     return Onboarded(new_space, report)
