@@ -17,7 +17,7 @@ $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[ray,test,docs]"
+	$(BIN)/python -m pip install -q -e ".[ray,test,docs,onnx]"
 	touch $@
 
 install: $(BIN)/.installed

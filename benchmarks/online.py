@@ -1,7 +1,7 @@
 """Routing that learns from its own traffic, simulated on real labels.
 
     python benchmarks/online.py [--data DIR] [--prices FILE] --seed S --out F.json [--plot F.png]
-        [--held-out 3] [--members 1] [--max-steps N] [--encoder NAME]
+        [--held-out 3 | --held-out-categories A B C] [--members 1] [--max-steps N] [--encoder NAME]
 
 A space is trained with `--held-out` benchmarks (categories) left out entirely, and one more
 left out for validation; the seen categories are split 60/10/30 (training, validation, stream).
@@ -100,7 +100,9 @@ def main():
     ap.add_argument("--prices", help="price table (CSV, as ../shared/data/prices.csv)")
     ap.add_argument("--seed", type=int, default=0, help="which categories are held out, the split, the order")
     ap.add_argument("--plot", help="PNG of the held-out categories' accuracy along the stream")
-    ap.add_argument("--held-out", type=int, default=3, help="categories held out of training (test)")
+    ap.add_argument("--held-out", type=int, default=3, help="categories held out of training (test), drawn by seed")
+    ap.add_argument("--held-out-categories", nargs="+", help="these categories held out (test) in place of a draw; "
+                    "the validation category is still drawn by seed among the others")
     ap.add_argument("--members", type=int, default=1, help="JE-IRT ensemble size (default 1)")
     ap.add_argument("--max-steps", type=int, default=None, help="at most this many stream queries")
     ap.add_argument("--full-share", type=float, default=0.05, help="online_full: queries learned from every LLM")
@@ -111,7 +113,7 @@ def main():
     if args.budget_per_1k is not None and (not args.prices or args.budget_per_1k <= 0):
         ap.error("--budget-per-1k needs --prices and a budget above 0")
     data = load_data(dataset_path(args.data, "mmlu_pro"))
-    held, val_cat = sim.choose_categories(data, args.held_out, args.seed)
+    held, val_cat = sim.choose_categories(data, args.held_out, args.seed, args.held_out_categories)
     print(f"held out: {held}; validation category: {val_cat}", flush=True)
     prep = prepare(data, make_encoder(args.encoder), split=sim.held_out_split(data, held + [val_cat], args.seed),
                    cache_root=paths.cache_dir(), progress=False)

@@ -79,3 +79,30 @@ def test_bundled_minilm_offline():
     assert v.shape == (3, 384)
     sims = v @ v.T
     assert sims[0, 1] > sims[0, 2]  # a real encoder: the related sentences are closer
+
+
+@pytest.mark.encoder
+def test_minilm_under_onnx_runtime_agrees_with_pytorch_and_is_exported_once(tmp_path, monkeypatch):
+    """+onnx gives PyTorch's vectors, +onnx-int8 nearly (cosine >= 0.95, checked when loaded); the
+    exported files live in the cache and a second load reads them, not the exporter."""
+    from jeirt_ray.encoders.onnx import OnnxSentenceModel
+    from jeirt_ray.encoders.sentence import EncoderError
+    monkeypatch.setenv("JEIRT_HOME", str(tmp_path))
+    texts = ["What is the capital of France?", "Solve 2x + 3 = 7 for x, showing each step.", "Is a contract void?"]
+    ref = make_encoder().encode(texts)
+    for spec, tol in (("all-MiniLM-L6-v2+onnx", 1e-4), ("all-MiniLM-L6-v2+onnx-int8", 0.05)):
+        enc = make_encoder(spec)
+        assert enc.encoder_id.endswith(spec.split("+")[1])
+        got = enc.encode(texts, batch_size=2)
+        assert got.shape == ref.shape and np.min(np.sum(got * ref, 1)) > 1 - tol, spec
+    files = sorted((tmp_path / "cache" / "onnx").rglob("*.onnx"))
+    assert [f.name for f in files] == ["onnx-int8.onnx", "onnx.onnx"]
+    stamps = [f.stat().st_mtime_ns for f in files]
+    assert np.allclose(make_encoder("all-MiniLM-L6-v2+onnx-int8").encode(texts[:1]), enc.encode(texts[:1]))
+    assert [f.stat().st_mtime_ns for f in files] == stamps
+
+    class Transformer: ...
+
+    class Dense: ...
+    with pytest.raises(EncoderError, match=r"exports Transformer \+ Pooling .* Transformer \+ Dense .* drop the \+onnx"):
+        OnnxSentenceModel([Transformer(), Dense()], "onnx", "x", EncoderError)

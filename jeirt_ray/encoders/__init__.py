@@ -11,7 +11,7 @@ from .sentence import DEFAULT_ENCODER, SentenceTransformerEncoder, split_precisi
 def make_encoder(spec: str = DEFAULT_ENCODER) -> QuestionEncoder:
     """'hashing' or 'hashing-<dim>' for the hashing encoder; anything else is a
     sentence-transformers model name or path (default: the bundled all-MiniLM-L6-v2), optionally
-    with a precision suffix: '+int8' (CPU), '+bf16' or '+fp16' (GPU)."""
+    with a precision suffix: '+int8', '+onnx' or '+onnx-int8' (CPU), '+bf16' or '+fp16' (GPU)."""
     if spec == "hashing" or spec.startswith("hashing-"):
         dim = int(spec.split("-", 1)[1]) if "-" in spec else 384
         return HashingEncoder(dim)

@@ -56,7 +56,7 @@ def resolve(name_or_path: str) -> tuple[str, str]:
     return name_or_path, f"st:{name_or_path}"
 
 
-PRECISIONS = ("fp32", "int8", "bf16", "fp16")
+PRECISIONS = ("fp32", "int8", "bf16", "fp16", "onnx", "onnx-int8")
 
 
 def split_precision(spec: str) -> tuple[str, str]:
@@ -74,7 +74,8 @@ class EncoderError(RuntimeError):
 class SentenceTransformerEncoder:
     """`precision`: fp32 (default); int8, dynamic int8 quantisation of the Linear layers for CPUs
     (checked against fp32 when loaded, refused where it distorts the vectors; figures in
-    docs/results/finetune.md); bf16 or fp16 for GPUs. The cache id names the precision, so the vectors of
+    docs/results/finetune.md); onnx and onnx-int8, the model run by ONNX Runtime on CPU, fp32 or
+    with int8 weights (encoders/onnx.py; checked the same way); bf16 or fp16 for GPUs. The cache id names the precision, so the vectors of
     each are cached apart."""
 
     def __init__(self, name_or_path: str = DEFAULT_ENCODER, device: str | None = None,
@@ -82,6 +83,7 @@ class SentenceTransformerEncoder:
         if precision not in PRECISIONS:
             raise EncoderError(f"unknown encoder precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
         self.source, self.encoder_id = resolve(name_or_path)
+        self.base_id = self.encoder_id  # fp32's: an exported ONNX file is kept under it
         if precision != "fp32":
             self.encoder_id += f"+{precision}"
         self.name = name_or_path
@@ -101,7 +103,7 @@ class SentenceTransformerEncoder:
                                    f"have it or cannot be reached ({str(e).splitlines()[0]}); offline, use "
                                    f"{DEFAULT_ENCODER} (bundled), all-mpnet-base-v2 (`make mpnet`), a "
                                    f"sentence-transformers folder, or hashing") from e
-            self._model = _with_precision(self._model, self.precision)
+            self._model = _with_precision(self._model, self.precision, self.base_id)
         return self._model
 
     @property
@@ -127,24 +129,28 @@ PROBES = ["What is the capital of Australia?",
 INT8_MIN_COSINE = 0.95
 
 
-def _with_precision(model, precision: str):
+def _with_precision(model, precision: str, cache_id: str):
     import torch
-    if precision == "int8":
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    if precision in ("int8", "onnx", "onnx-int8"):
         if model.device.type != "cpu":
-            raise EncoderError("int8 encoding is for CPUs; on a GPU use +bf16 or +fp16")
+            raise EncoderError(f"{precision} encoding is for CPUs; on a GPU use +bf16 or +fp16")
         ref = model.encode(PROBES, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
-        # dynamic quantisation: int8 weights per output channel, activations quantised per
-        # batch; no calibration data
-        quantized = quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
-        got = quantized.encode(PROBES, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+        if precision == "int8":
+            from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+            # dynamic quantisation: int8 weights per output channel, activations quantised per
+            # batch; no calibration data
+            faster = quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+        else:
+            from .onnx import OnnxSentenceModel
+            faster = OnnxSentenceModel(model, precision, cache_id, EncoderError)
+        got = faster.encode(PROBES, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
         worst = float(np.min(np.sum(ref * got, 1)))
         # some models have activation outliers that per-batch int8 cannot carry (all-mpnet-base-v2:
         # cosine about 0.6 to its fp32 vectors); refuse them rather than cache wrong vectors
         if worst < INT8_MIN_COSINE:
-            raise EncoderError(f"int8 quantisation does not preserve this encoder (cosine {worst:.3f} to fp32 on "
-                               f"the probe texts, below {INT8_MIN_COSINE}): drop the +int8")
-        return quantized
+            raise EncoderError(f"{precision} does not preserve this encoder (cosine {worst:.3f} to fp32 on "
+                               f"the probe texts, below {INT8_MIN_COSINE}): drop the +{precision}")
+        return faster
     if precision in ("bf16", "fp16"):
         return model.to(torch.bfloat16 if precision == "bf16" else torch.float16)
     return model

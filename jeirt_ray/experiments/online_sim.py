@@ -60,13 +60,21 @@ def held_out_split(data, held: list[str], seed: int, fractions=(0.6, 0.1, 0.3)) 
     return Split("online_held_out", seed, part, info={"held_out_benchmarks": list(held)})
 
 
-def choose_categories(data, n_test: int, seed: int) -> tuple[list[str], str]:
-    """(`n_test` held-out test categories, one held-out validation category), drawn by seed."""
+def choose_categories(data, n_test: int, seed: int, given: list[str] | None = None) -> tuple[list[str], str]:
+    """(`n_test` held-out test categories, one held-out validation category), drawn by seed; with
+    `given`, those test categories and a validation category drawn from the others."""
     benches = sorted(set(data.benchmarks))
+    if given:
+        unknown = sorted(set(given) - set(benches))
+        if unknown:
+            raise ValueError(f"{data.name} has no benchmark {unknown[0]!r}: it has {', '.join(benches)}")
+        n_test = len(set(given))
     if len(benches) < n_test + 2:
         raise ValueError(f"{data.name} has {len(benches)} benchmarks: holding out {n_test} for the test and 1 for "
                          f"validation leaves too few to train on")
     order = np.random.default_rng(seed).permutation(benches)
+    if given:
+        return sorted(set(given)), str(next(b for b in order if b not in given))
     return sorted(order[:n_test].tolist()), str(order[n_test])
 
 
