@@ -387,9 +387,10 @@ def test_concurrent_onboardings_keep_each_others_models(service, registry):
     assert np.isfinite(results[0].json()["fit_seconds"])
 
 
-def _under_load(service, during, concurrency=4, after_s=2.0):
+def _under_load(service, during, concurrency=4, after_s=2.0, answered=None):
     """Send /v1/route from `concurrency` threads while `during()` runs and `after_s` beyond; returns
-    (requests, failed) and whatever `during` returned."""
+    (requests, failed) and whatever `during` returned; `answered` (a list) gets (time, decision id)
+    of each answer."""
     import threading
     stop, counts, lock = threading.Event(), [0, 0], threading.Lock()
 
@@ -397,12 +398,15 @@ def _under_load(service, during, concurrency=4, after_s=2.0):
         with httpx.Client(timeout=30) as c:
             while not stop.is_set():
                 try:
-                    ok = c.post(f"{service}/v1/route", json={"query": "what is 2 + 2?"}).status_code == 200
+                    r = c.post(f"{service}/v1/route", json={"query": "what is 2 + 2?"})
+                    ok = r.status_code == 200
                 except httpx.HTTPError:
                     ok = False
                 with lock:
                     counts[0] += 1
                     counts[1] += not ok
+                    if ok and answered is not None:
+                        answered.append((time.time(), r.json()["id"]))
     threads = [threading.Thread(target=client) for _ in range(concurrency)]
     for t in threads:
         t.start()
@@ -417,6 +421,7 @@ def _under_load(service, during, concurrency=4, after_s=2.0):
 
 @pytest.mark.parametrize("deployment", ["Router", "Encoder"])
 def test_killing_a_replica_under_load_fails_at_most_the_requests_in_flight(service, registry, deployment):
+    import pyarrow.parquet as pq
     from ray import serve
     from ray.util.state import list_actors
 
@@ -424,10 +429,13 @@ def test_killing_a_replica_under_load_fails_at_most_the_requests_in_flight(servi
         return {a.name for a in list_actors(filters=[("state", "=", "ALIVE")])
                 if a.class_name == f"ServeReplica:jeirt:{deployment}"}
 
+    killed_at = []
+
     def kill_and_wait():
         before = alive()
         victim = sorted(before)[0]
         start = time.monotonic()
+        killed_at.append(time.time())
         ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
         # recovered: a new replica (not one of those before) runs beside the survivor
         def recovered():
@@ -442,11 +450,24 @@ def test_killing_a_replica_under_load_fails_at_most_the_requests_in_flight(servi
     reg = registry[0]
     good = _models(service)["data"][0]["registry_version"]
     concurrency = 4
+    answered = []
     with broken_champion(reg, good, service):
-        (requests, failed), recovery_s = _under_load(service, kill_and_wait, concurrency)
+        (requests, failed), recovery_s = _under_load(service, kill_and_wait, concurrency, answered=answered)
     print(f"kill one {deployment} replica: {requests} requests, {failed} failed, back to 2 replicas in "
           f"{recovery_s:.1f} s")
     assert requests > 20 and failed <= concurrency
+    # the decision log: a killed Router loses at most the rows it had not flushed, those answered in
+    # its last flush_s (0.5) and a write's time before the kill lands (ray.kill is asynchronous: the
+    # victim may answer for a moment after it is sent); a killed Encoder loses none
+    time.sleep(2.0)  # the survivors' last flush
+    logged = set(pq.read_table(SERVED["decisions"], columns=["id"]).column("id").to_pylist())
+    lost = [t - killed_at[0] for t, d in answered if d not in logged]
+    window = [t for t, _ in answered if -1.0 <= t - killed_at[0] <= 0.5]
+    print(f"decision log: {len(lost)} of {len(answered)} answered decisions lost ({len(window)} answered from 1 s "
+          f"before the kill to 0.5 s after; lost at {[round(t, 3) for t in lost]} s from it)")
+    assert len(answered) > 20 and all(-1.0 <= t <= 0.5 for t in lost) and len(lost) < len(window)
+    if deployment == "Encoder":
+        assert not lost
 
 
 def test_registry_outage_keeps_serving_reports_it_and_recovers(service, registry):
