@@ -75,8 +75,8 @@ class SentenceTransformerEncoder:
     """`precision`: fp32 (default); int8, dynamic int8 quantisation of the Linear layers for CPUs
     (checked against fp32 when loaded, refused where it distorts the vectors; figures in
     docs/results/finetune.md); onnx and onnx-int8, the model run by ONNX Runtime on CPU, fp32 or
-    with int8 weights (encoders/onnx.py; checked the same way); bf16 or fp16 for GPUs. The cache id names the precision, so the vectors of
-    each are cached apart."""
+    with int8 weights (encoders/onnx.py; checked the same way); bf16 or fp16 for GPUs. The cache
+    id names the precision, so the vectors of each are cached apart."""
 
     def __init__(self, name_or_path: str = DEFAULT_ENCODER, device: str | None = None,
                  normalize: bool = True, precision: str = "fp32"):

@@ -22,9 +22,9 @@ import numpy as np
 
 from ..experiments.online_sim import paired_ci
 from ..learning.offpolicy import decision_values, evaluate_policy
+from ..tracking.registry import SpaceRegistry
 from .graders import read_log
 from .log import shadow_root
-from ..tracking.registry import SpaceRegistry
 from .store import FeedbackStore
 
 COLUMNS = ["id", "query_index", "space", "candidates", "p_correct", "chosen", "propensity"]
