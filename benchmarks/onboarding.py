@@ -27,9 +27,11 @@ each group left out of its own blind space. Each is onboarded from N answers cho
 strategy (model/onboarding_defaults.py: adaptive, mixed, random, stratified; random is always
 run, as the baseline), against joint training. `curve["<N>"]["<strategy>"]` has gap_to_joint
 (points of routing accuracy below joint training, mean over held-out LLM x split seed),
-worst_gap, accuracy_mae (points between the estimated and the true test accuracy; the estimate
-of model/estimate.py) and model_accuracy_mae (the space's prediction alone), interval_coverage
-(share of units whose 90% interval holds the test accuracy), cost_usd (of the N questions, at
+worst_gap, accuracy_mae (points between the estimated and the true accuracy on the benchmark as
+`jeirt onboard` estimates it: every question of the space the LLM answered, its N answers counted
+as answered; the estimate of model/estimate.py) and model_accuracy_mae (the space's prediction
+alone), interval_coverage (share of units whose 90% interval holds that accuracy),
+test_accuracy_mae and test_interval_coverage (the same on the test split's questions alone), cost_usd (of the N questions, at
 the LLM's price), and the paired differences to random with 95% intervals;
 `curve["<N>"]["default"]` the same for the strategy the default purpose picks;
 `curve_by_group["<group>"]` the same per group of held-out LLMs. Choose settings with

@@ -123,16 +123,19 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
       trained LLMs plus this one, and `joint_routing_accuracy`, the joint space routing among the same LLMs;
     - `prediction_accuracy` (and `joint_prediction_accuracy`): how well its P(correct) predicts its
       own test answers;
-    - `accuracy_error`: |its estimated accuracy on its test questions (model/estimate.py: the
-      space's mean P corrected by the random answers' cross-fitted residuals) - its test
-      accuracy|, overall and per benchmark (`benchmark_errors`); `model_accuracy_error`: the same
-      for the space's mean P alone; `correction_weight`, `random_answers`; `interval_covers`: whether the
-      90% interval of that prediction as `jeirt onboard` reports it (model/adaptive.py: the
-      vector's posterior and the blind space's own error), widened by the binomial noise of the
-      test sample, holds the test accuracy; `vector_covers`: the same for the vector's interval
-      alone; `benchmark_covers`: the share of its benchmarks whose interval (each with its own
-      error and noise) holds its test accuracy there; `interval_width`: the reported interval's
-      width (points);
+    - `accuracy_error`: |its estimated accuracy - its accuracy| (points) on the benchmark as
+      `jeirt onboard` estimates it: every question of the space it answered (the test split's
+      left out when `evaluate="val"`), the N answered ones counting as answered
+      (model/estimate.py: the space's mean P corrected by the random answers' cross-fitted
+      residuals; `estimated_accuracy`); per benchmark in `benchmark_errors`;
+      `model_accuracy_error`: the same for the space's mean P alone; `correction_weight`,
+      `random_answers`; `interval_covers`: whether the 90% interval as `jeirt onboard` reports it
+      (model/adaptive.py: the vector's posterior, the blind space's own error, the correction's
+      noise, the unanswered questions' coin flips) holds the accuracy; `vector_covers`: the same
+      for the vector's part alone; `benchmark_covers`: the share of its benchmarks whose interval
+      holds its accuracy there; `interval_width`: the interval's width (points);
+      `test_accuracy_error` and `test_interval_covers`: the same for its accuracy on the test
+      split alone (questions the space never trained on, none of them asked);
     - `cost_usd`: what its N questions cost (`question_cost[q, m]`: USD of asking question q to
       LLM m).
 
@@ -160,7 +163,8 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     p_blind = blind.predict_proba(prep.X[test_q])[:, [blind.model_names.index(n) for n in known]]
     p_joint_all = joint.predict_proba(prep.X[test_q])
     joint_col = {n: i for i, n in enumerate(joint.model_names)}
-    test_dirs = directions(blind, prep.X[test_q])
+    all_dirs = directions(blind, prep.X)
+    test_dirs = [(u[test_q], n[test_q]) for u, n in all_dirs]
     top = max(responses)
     error = blind.metadata.get("accuracy_error") or {}  # measured without the held-out LLMs
     space_sd, space_sds = error.get("overall") or 0.0, error.get("groups", {})
@@ -177,17 +181,25 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
         p_joint = p_joint_all[:, [joint_col[n] for n in known] + [joint_col[name]]]
         routed = labels[np.arange(len(test_q)), available_argmax(p_joint, avail)]
         truth = full[test_q[seen], m]
-        bench = data.benchmarks[test_q[seen]]
-        row = {"model": name, "train_responses": int(len(pool)), "test_questions": int(seen.sum()),
+        test_bench = data.benchmarks[test_q[seen]]
+        # the benchmark whose accuracy onboarding estimates: every question of the space this LLM
+        # answered (model.adaptive.plan predicts over all the space's questions), its answers to
+        # those asked counting as observed
+        population = np.flatnonzero(~np.isnan(full[:, m]) & ((part_q != 2) if evaluate == "val" else True))
+        pop_truth, pop_bench = full[population, m], data.benchmarks[population]
+        pop_dirs = [(u[population], n[population]) for u, n in all_dirs]
+        pop_sample = stratified_sample(pop_bench, REFERENCE_SAMPLE, np.random.default_rng(seed))
+        pool_at = np.searchsorted(population, data.q_idx[pool])  # each pool answer's place in it
+        row = {"model": name, "train_responses": int(len(pool)), "questions": int(len(population)),
+               "accuracy": float(pop_truth.mean()), "test_questions": int(seen.sum()),
                "test_accuracy": float(truth.mean()),
                "joint_routing_accuracy": float(np.nanmean(routed)),
                "joint_prediction_accuracy": float(((p_joint_all[seen, joint_col[name]] > 0.5) == (truth > 0.5)).mean()),
-               "joint_accuracy_error": abs(float(p_joint_all[seen, joint_col[name]].mean() - truth.mean())) * 100,
+               "joint_test_accuracy_error": abs(float(p_joint_all[seen, joint_col[name]].mean() - truth.mean())) * 100,
                **{how: {} for how in strategies}}
 
-        pool_dirs = directions(blind, prep.X[data.q_idx[pool]])
+        pool_dirs = [(u[data.q_idx[pool]], n[data.q_idx[pool]]) for u, n in all_dirs]
         priors = member_priors(blind, name, prior, exclude=heldout)
-        pop_bench = data.benchmarks[test_q[seen]]
 
         def score(fits, asked_at: np.ndarray, order: np.ndarray) -> dict:
             """The figures after answers `asked_at` (positions in pool), the random draws among
@@ -201,34 +213,33 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
             labels_asked = data.labels[pool[asked_at]].astype(np.float64)
             resid, p_draws = crossfit_residuals([(u[asked_at], n[asked_at]) for u, n in pool_dirs], labels_asked,
                                                 priors, at, seed=seed)
-            fixes = corrections(resid, p_draws, data.benchmarks[data.q_idx[pool[draws]]], pop_bench)
-            # the interval as reported (the vector, the space's error, the correction), and, to judge it
-            # against a test accuracy measured on a sample, each widened by that sample's binomial noise
-            asked = [(u[seen], n[seen]) for u, n in test_dirs]
-
-            def binomial_sd(p) -> float:  # of an accuracy measured on questions answered with these P
-                return float(np.sqrt((p * (1 - p)).mean() / len(p)))
-            noise = binomial_sd(p_new[seen])
-            shown = accuracy_intervals(asked, fits, seed=seed, error={"overall": space_sd}, corrections=fixes)["overall"]
-            band = accuracy_intervals(asked, fits, seed=seed, error={"overall": space_sd}, corrections=fixes,
-                                      noise={"overall": noise})["overall"]
-            vector = accuracy_intervals(asked, fits, seed=seed, error={"overall": noise})["overall"]
-            # the same per benchmark, each with its own error and noise
-            noises = {b: binomial_sd(p_new[seen][bench == b]) for b in dict.fromkeys(bench.tolist())}
-            per = accuracy_intervals(asked, fits, bench, seed=seed, corrections=fixes, noise=noises,
-                                     error={"overall": space_sd, "groups": space_sds})
+            draw_bench = data.benchmarks[data.q_idx[pool[draws]]]
+            fixes = corrections(resid, p_draws, draw_bench, pop_bench)
+            error = {"overall": space_sd, "groups": space_sds}
+            observed = (pool_at[asked_at], labels_asked)
+            est = accuracy_intervals(pop_dirs, fits, pop_bench, seed=seed, sample=pop_sample, error=error,
+                                     observed=observed, corrections=fixes)
+            vector = accuracy_intervals(pop_dirs, fits, seed=seed, sample=pop_sample, observed=observed)["overall"]
+            # the test split's accuracy alone: questions the space never trained on, none of them asked
+            test = accuracy_intervals([(u[seen], n[seen]) for u, n in test_dirs], fits, seed=seed,
+                                      error={"overall": space_sd},
+                                      corrections=corrections(resid, p_draws, draw_bench, test_bench))["overall"]
+            overall = est["overall"]
+            truth_of = {b: float(pop_truth[pop_bench == b].mean()) for b in est if b != "overall"}
             choice = available_argmax(np.column_stack([p_blind, p_new]), avail)
-            errors = {b: abs(per[b]["accuracy"] - float(truth[bench == b].mean())) * 100 for b in noises}
             return {"routing_accuracy": float(np.nanmean(labels[np.arange(len(test_q)), choice])),
                     "prediction_accuracy": float(((p_new[seen] > 0.5) == (truth > 0.5)).mean()),
-                    "accuracy_error": abs(band["accuracy"] - truth.mean()) * 100,
-                    "model_accuracy_error": abs(float(p_new[seen].mean() - truth.mean())) * 100,
-                    "correction_weight": band["correction_weight"], "random_answers": int(len(draws)),
-                    "interval_covers": float(band["low"] <= truth.mean() <= band["high"]),
-                    "vector_covers": float(vector["low"] <= truth.mean() <= vector["high"]),
-                    "benchmark_covers": float(np.mean([per[b]["low"] <= truth[bench == b].mean() <= per[b]["high"]
-                                                       for b in noises])),
-                    "interval_width": (shown["high"] - shown["low"]) * 100, "benchmark_errors": errors}
+                    "estimated_accuracy": overall["accuracy"],
+                    "accuracy_error": abs(overall["accuracy"] - pop_truth.mean()) * 100,
+                    "model_accuracy_error": abs(overall["model_accuracy"] - pop_truth.mean()) * 100,
+                    "correction_weight": overall["correction_weight"], "random_answers": int(len(draws)),
+                    "interval_covers": float(overall["low"] <= pop_truth.mean() <= overall["high"]),
+                    "vector_covers": float(vector["low"] <= pop_truth.mean() <= vector["high"]),
+                    "benchmark_covers": float(np.mean([est[b]["low"] <= t <= est[b]["high"] for b, t in truth_of.items()])),
+                    "interval_width": (overall["high"] - overall["low"]) * 100,
+                    "benchmark_errors": {b: abs(est[b]["accuracy"] - t) * 100 for b, t in truth_of.items()},
+                    "test_accuracy_error": abs(test["accuracy"] - truth.mean()) * 100,
+                    "test_interval_covers": float(test["low"] <= truth.mean() <= test["high"])}
 
         def cost(rows_asked) -> float | None:
             return None if question_cost is None else float(question_cost[data.q_idx[rows_asked], m].sum())
@@ -285,10 +296,11 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
     training, mean over units), `worst_gap` (the worst held-out LLM, its mean over split seeds),
     `worst_unit_gap`, `prediction_gap` (points of prediction accuracy below joint), `accuracy_mae`
     and `benchmark_mae` (points), `interval_coverage` (share of units whose 90% interval holds the
-    test accuracy; `vector_interval_coverage`: of the vector's interval alone;
+    accuracy; `vector_interval_coverage`: of the vector's interval alone;
     `benchmark_interval_coverage`: of the per-benchmark intervals) and `interval_width`
-    (points), `cost_usd` (mean per LLM); `joint_accuracy_mae`, the joint
-    space's own error on the accuracies (a floor for accuracy_mae, the same at every N);
+    (points), `cost_usd` (mean per LLM); `test_accuracy_mae` and `test_interval_coverage`, the
+    same on the test split alone, and `joint_test_accuracy_mae`, the joint space's own error on
+    those accuracies (the same at every N);
     `model_accuracy_mae` (the space's mean P alone, uncorrected), `correction_weight`; and per N
     and strategy S the paired differences S - random in gap and accuracy error
     (`S_minus_random_gap`, `S_minus_random_accuracy_error`; negative: S is better) with 95%
@@ -320,8 +332,10 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
                 "vector_interval_coverage": float(np.mean([u[how][key]["vector_covers"] for u in have])),
                 "benchmark_interval_coverage": float(np.mean([u[how][key]["benchmark_covers"] for u in have])),
                 "interval_width": float(np.mean([u[how][key]["interval_width"] for u in have])),
+                "test_accuracy_mae": float(np.mean([u[how][key]["test_accuracy_error"] for u in have])),
+                "test_interval_coverage": float(np.mean([u[how][key]["test_interval_covers"] for u in have])),
                 "cost_usd": float(np.mean(costs)) if costs else None, "units": len(have),
-                "joint_accuracy_mae": float(np.mean([u["joint_accuracy_error"] for u in have]))}
+                "joint_test_accuracy_mae": float(np.mean([u["joint_test_accuracy_error"] for u in have]))}
         for how in strategies:
             paired = [u for u in units if how != "random" and key in u.get(how, {}) and key in u.get("random", {})]
             if not paired:

@@ -134,13 +134,16 @@ def stratified_sample(groups: np.ndarray, size: int, rng: np.random.Generator, l
 
 def accuracy_draws(reference: list[tuple[np.ndarray, np.ndarray]], fits: list[RowFit], groups: np.ndarray | None = None,
                    draws: int = 100, seed: int = 0, sample: np.ndarray | None = None,
-                   observed: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict, dict]:
-    """(point, samples): the predicted accuracy (mean P(correct), averaged over members) over the
-    reference questions, overall and per group label, at the posterior mode, and its values under
-    `draws` posterior draws of the vector (the members' draws averaged). With `sample` (indices
-    of the reference), the draws move the mode's accuracy by what they do on the sample.
-    `observed` (indices of the reference, labels): questions already answered count as their
-    labels, in the point and in every draw."""
+                   observed: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict, dict, dict]:
+    """(point, samples, unanswered): the predicted accuracy (mean P(correct), averaged over
+    members) over the reference questions, overall and per group label, at the posterior mode,
+    and its values under `draws` posterior draws of the vector (the members' draws averaged).
+    With `sample` (indices of the reference), the draws move the mode's accuracy by what they do
+    on the sample. `observed` (indices of the reference, labels): questions already answered
+    count as their labels, in the point and in every draw. `unanswered`: the standard deviation
+    of the accuracy on these questions that the unanswered ones' own coin flips add (each
+    answered right with its P): the accuracy estimated is that of these questions, not of an
+    endless supply like them."""
     rng = np.random.default_rng(seed)
     n = len(reference[0][0])
     sample = np.arange(n) if sample is None else sample
@@ -152,16 +155,20 @@ def accuracy_draws(reference: list[tuple[np.ndarray, np.ndarray]], fits: list[Ro
         p_draw = p_draw + _sigmoid(r[sample] @ thetas - rnorm[sample][:, None])
     p_mode, p_draw = p_mode / len(fits), p_draw / len(fits)
     shift = p_draw - p_mode[sample][:, None]  # (sample, draws)
+    flips = p_mode * (1 - p_mode)
     if observed is not None and len(observed[0]):
         p_mode[observed[0]] = observed[1]
+        flips[observed[0]] = 0.0
         shift[np.isin(sample, observed[0])] = 0.0
     point = {"overall": float(p_mode.mean())}
     samples = {"overall": point["overall"] + shift.mean(0)}
+    unanswered = {"overall": float(np.sqrt(flips.sum()) / n)}
     if groups is not None:
         for g in dict.fromkeys(groups.tolist()):
             point[g] = float(p_mode[groups == g].mean())
             samples[g] = point[g] + shift[groups[sample] == g].mean(0)
-    return point, samples
+            unanswered[g] = float(np.sqrt(flips[groups == g].sum()) / (groups == g).sum())
+    return point, samples, unanswered
 
 
 def space_error(space: CoreSpace, x: np.ndarray, q: np.ndarray, m: np.ndarray, y: np.ndarray,
@@ -203,19 +210,19 @@ def _error_sd(error: dict | None, group: str) -> float:
 def accuracy_intervals(reference, fits, groups=None, level: float = DEFAULT_LEVEL, draws: int = 100,
                        seed: int = 0, sample: np.ndarray | None = None, error: dict | None = None,
                        observed: tuple[np.ndarray, np.ndarray] | None = None,
-                       corrections: dict | None = None, noise: dict | None = None) -> dict[str, dict]:
+                       corrections: dict | None = None) -> dict[str, dict]:
     """{"overall" | group: {"accuracy", "low", "high", "questions", "vector_width",
     "model_accuracy", "correction_weight"}}: the estimated accuracy and its central `level`
     interval. The model's part: the posterior of the vector (accuracy_draws; `observed` answers
     count as their labels) and, with `error` (space_error), the space's own error as independent
     normal noise; with `corrections` (model/estimate.py: the random answers' mean residual and
     its variance, per group), the estimate is moved by the correction as far as its variance
-    allows (`combine`). `model_accuracy`: the space's prediction alone; `vector_width`: the width
-    of the interval of the vector's draws alone, the part that more answers narrow. `noise`
-    ({group: sd}): more normal noise added after the correction (to judge the interval against an
-    accuracy measured on a sample, whose own noise neither part knows)."""
+    allows (`combine`); last, the unanswered questions' own coin flips (accuracy_draws), as the
+    accuracy is that of these reference questions. `model_accuracy`: the space's prediction
+    alone; `vector_width`: the width of the interval of the vector's draws alone, the part that
+    more answers narrow."""
     from .estimate import combine
-    point, samples = accuracy_draws(reference, fits, groups, draws, seed, sample, observed)
+    point, samples, unanswered = accuracy_draws(reference, fits, groups, draws, seed, sample, observed)
     rng = np.random.default_rng(seed + 1)
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     sizes = {"overall": len(reference[0][0])}
@@ -232,8 +239,7 @@ def accuracy_intervals(reference, fits, groups=None, level: float = DEFAULT_LEVE
     for g, vector in samples.items():
         full = (vector[:, None] + rng.normal(0.0, _error_sd(error, g), (len(vector), ERROR_DRAWS))).ravel()
         estimate, full, weight = combine(point[g], full, (corrections or {}).get(g), unobserved[g], seed)
-        if noise and noise.get(g):
-            full = full + rng.normal(0.0, noise[g], len(full))
+        full = full + rng.normal(0.0, unanswered[g], len(full))
         low, high = np.clip(np.quantile(full, q), 0.0, 1.0)
         v_low, v_high = np.quantile(vector, q)
         out[g] = {"accuracy": float(np.clip(estimate, 0.0, 1.0)), "low": float(low), "high": float(high),
