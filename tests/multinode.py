@@ -150,8 +150,10 @@ def nodes(head_cpus: float = 1, workers: int = 1, worker_cpus: float = 1, env: d
         deadline = time.time() + 20
         while (left := _ray_processes(temp_dir, since)) and time.time() < deadline:
             time.sleep(0.5)
+        named = []
         for p in left:
             with contextlib.suppress(psutil.Error):
+                named.append((p.pid, p.name()))  # before the kill: a dead process has no name to read
                 p.kill()
         shutil.rmtree(temp_dir, ignore_errors=True)
-        assert not left, f"Ray processes outlived the cluster: {[(p.pid, p.name()) for p in left]}"
+        assert not left, f"Ray processes outlived the cluster: {named}"
