@@ -31,8 +31,9 @@ worst_gap, accuracy_mae (points between the estimated and the true accuracy on t
 `jeirt onboard` estimates it: every question of the space the LLM answered, its N answers counted
 as answered; the estimate of model/estimate.py) and model_accuracy_mae (the space's prediction
 alone), interval_coverage (share of units whose 90% interval holds that accuracy),
-test_accuracy_mae and test_interval_coverage (the same on the test split's questions alone), cost_usd (of the N questions, at
-the LLM's price), and the paired differences to random with 95% intervals;
+test_accuracy_mae and test_interval_coverage (the same on the test split's questions alone),
+cost_usd (of the N questions, at the LLM's price), and the paired differences to random with 95%
+intervals;
 `curve["<N>"]["default"]` the same for the strategy the default purpose picks;
 `curve_by_group["<group>"]` the same per group of held-out LLMs. Choose settings with
 `--evaluate val` (the validation split); the test split is for the report.
