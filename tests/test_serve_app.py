@@ -256,7 +256,11 @@ def test_http_bad_requests_get_4xx_with_one_error_shape(service, path, body, hea
     # half a UTF-16 pair escaped alone is valid JSON but no text: the schema refuses it, in a
     # field or in the name of a key passed on upstream
     ("/v1/route", b'{"query": "a \\ud800"}', 422),
-    ("/v1/chat/completions", b'{"messages": [{"\\ud800": null, "role": "user", "content": "0"}]}', 422)])
+    ("/v1/chat/completions", b'{"messages": [{"\\ud800": null, "role": "user", "content": "0"}]}', 422),
+    # or in the value of a field passed on untouched (accepted before; the fuzzer met a 500 where it
+    # was encoded on its way on)
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "0", "0": ["\\udfff"]}]}', 422),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "0"}], "seed": {"a": "\\ud800"}}', 422)])
 def test_http_unreadable_bodies_are_4xx(service, path, content, status):
     r = httpx.post(f"{service}{path}", content=content, headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == status and "error" in r.json(), r.text

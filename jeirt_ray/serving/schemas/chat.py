@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from ...routing.decisions import PolicyName
-from .common import BLANK, MAX_QUERY_CHARS, TEXT_PATTERN, ErrorBody, _a_number
+from .common import BLANK, MAX_QUERY_CHARS, TEXT_PATTERN, ErrorBody, _a_number, unicode_text_only
 
 
 class ChatMessage(BaseModel):
@@ -46,6 +46,7 @@ class ChatRequest(BaseModel):
 
     _numbers = field_validator("max_cost", "min_p", "target_p", "target_share", "budget_per_1k",
                                mode="before")(_a_number)
+    _text = model_validator(mode="before")(unicode_text_only)  # extra fields go upstream as they came
 
     @field_validator("messages")
     @classmethod

@@ -45,6 +45,31 @@ def _a_number(value):
     return value
 
 
+def unicode_text_only(body):
+    """`body` (parsed JSON) unchanged, or a ValueError naming the first key or string in it that is
+    not Unicode text: a lone UTF-16 surrogate, which JSON can escape (\\ud800) but no UTF-8 holds.
+    For fields passed on untouched (extra fields): typed ones refuse it themselves, and passed on
+    it fails to encode. Iterative: deep nesting is no recursion."""
+    def check(path: str, text: str) -> None:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{path}: not Unicode text (a lone UTF-16 surrogate)") from None
+
+    stack = [("body", body)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            check(path, value)
+        elif isinstance(value, dict):
+            for k in value:  # before any path is made of them
+                check(f"{path}, a key", k)
+            stack += [(f"{path}.{k[:40]}", v) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(f"{path}.{i}", v) for i, v in enumerate(value)]
+    return body
+
+
 def exactly_one_of(a: str, a_type: str, b: str, b_type: str) -> dict:
     """JSON schema: exactly one of properties `a` and `b` is given (and not null)."""
     return {"oneOf": [{"required": [a], "properties": {a: {"type": a_type}}},
