@@ -136,6 +136,37 @@ def test_response_curve_scores_adaptive_and_random_onboarding_with_intervals(syn
     assert curve["40"]["random"]["interval_width"] < curve["5"]["random"]["interval_width"]
 
 
+def test_the_default_per_purpose_is_never_shown_worse_than_random_and_then_the_best():
+    """Planted curves: adaptive routes best but estimates worse than random (its paired interval
+    above 0 at one N of one dataset), interleaved is close on both; the pick per purpose follows."""
+    from jeirt_ray.analysis.onboarding_curve import choose_strategies
+
+    def curve(rows):
+        c = {}
+        for n, strategies in rows.items():
+            c[n] = {}
+            for how, (gap, mae, mae_ci) in strategies.items():
+                c[n][how] = {"gap_to_joint": gap, "accuracy_mae": mae}
+                if how != "random":
+                    c[n][f"{how}_minus_random_gap"] = {"ci95": [-1.0, 0.5]}
+                    c[n][f"{how}_minus_random_accuracy_error"] = {"ci95": mae_ci}
+        return c
+    names = ["adaptive", "interleaved", "random"]
+    a = curve({"10": {"adaptive": (0.2, 5.0, [-2.0, 1.0]), "interleaved": (0.4, 4.0, [-1.0, 0.5]),
+                      "random": (0.8, 4.5, None)},
+               "50": {"adaptive": (0.1, 4.0, [0.3, 2.0]), "interleaved": (0.3, 2.5, [-1.0, 0.2]),
+                      "random": (0.5, 2.4, None)}})
+    b = curve({"10": {"adaptive": (0.0, 3.0, [-1.0, 1.0]), "interleaved": (0.1, 3.0, [-1.0, 1.0]),
+                      "random": (0.3, 3.5, None)}})
+    picks = choose_strategies({"a": (names, a), "b": (names, b)})
+    assert picks["route"]["pick"] == "adaptive" and picks["route"]["strategies"]["adaptive"]["eligible"]
+    assert not picks["estimate"]["strategies"]["adaptive"]["eligible"]
+    assert picks["estimate"]["strategies"]["adaptive"]["worse_than_random"] == [
+        "a N=50 accuracy_mae [+0.30, +2.00]"]
+    assert picks["estimate"]["pick"] == "interleaved" and picks["both"]["pick"] == "interleaved"
+    assert picks["both"]["strategies"]["random"]["score"] == pytest.approx((0.8 + 4.5 + 0.5 + 2.4 + 0.3 + 3.5) / 3)
+
+
 def test_the_90_percent_intervals_hold_held_out_real_llms_accuracy():
     """The intervals' coverage claim (87% of held-out LLMs, docs/guide/onboarding.md) checked on
     real labels: mmlu_pro's first 3,000 questions (hashing encoder), 10 of its 31 LLMs held out of

@@ -348,6 +348,41 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
     return curve
 
 
+PURPOSE_METRICS = {"route": ("gap_to_joint",), "estimate": ("accuracy_mae",), "both": ("gap_to_joint", "accuracy_mae")}
+PAIRED = {"gap_to_joint": "gap", "accuracy_mae": "accuracy_error"}
+
+
+def choose_strategies(runs: dict[str, tuple[list[str], dict]]) -> dict:
+    """Onboarding's strategy per purpose from validation curves (`runs`: dataset -> (its
+    strategies, summarise_curve's curve)). Per purpose, the metrics it cares about (PURPOSE_METRICS:
+    route, the routing gap; estimate, the accuracy error; both, the two). A strategy is eligible
+    when on every dataset and N its paired 95% interval against random on each of those metrics
+    does not lie above 0 (random always is); the pick is the eligible one with the lowest mean over
+    datasets and N of the metrics' sum (points). {purpose: {metrics, pick, strategies: {strategy:
+    {score, eligible, worse_than_random}}}}."""
+    first = next(iter(runs.values()))[0]
+    names = [h for h in first if all(h in s for s, _ in runs.values())]
+    out = {}
+    for purpose, metrics in PURPOSE_METRICS.items():
+        table = {}
+        for how in names:
+            scores, worse = [], []
+            for name, (_, curve) in runs.items():
+                for n, c in curve.items():
+                    if how not in c:
+                        continue
+                    scores.append(sum(c[how][m] for m in metrics))
+                    for m in metrics:
+                        ci = c.get(f"{how}_minus_random_{PAIRED[m]}", {}).get("ci95")
+                        if ci is not None and ci[0] > 0:
+                            worse.append(f"{name} N={n} {m} [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+            table[how] = {"score": sum(scores) / len(scores), "eligible": not worse, "worse_than_random": worse}
+        eligible = {h: t for h, t in table.items() if t["eligible"]}
+        out[purpose] = {"metrics": list(metrics), "pick": min(eligible, key=lambda h: eligible[h]["score"]),
+                        "strategies": table}
+    return out
+
+
 def plot_response_curve(curve: dict, path, plt, title: str = "") -> None:
     """Two panels over N: points below joint training (routing accuracy) and the accuracy MAE."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
