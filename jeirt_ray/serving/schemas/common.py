@@ -46,8 +46,8 @@ def _a_number(value):
 
 
 def unicode_text_only(body):
-    """`body` (parsed JSON) unchanged, or a ValueError naming the first key or string in it that is
-    not Unicode text: a lone UTF-16 surrogate, which JSON can escape (\\ud800) but no UTF-8 holds.
+    """`body` (parsed JSON) unchanged, or a ValueError naming a key or string in it that is not
+    Unicode text: a lone UTF-16 surrogate, which JSON can escape (\\ud800) but no UTF-8 holds.
     For fields passed on untouched (extra fields): typed ones refuse it themselves, and passed on
     it fails to encode. Iterative: deep nesting is no recursion."""
     def check(path: str, text: str) -> None:
