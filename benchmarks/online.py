@@ -7,16 +7,17 @@ A space is trained with `--held-out` benchmarks (categories) left out entirely, 
 left out for validation; the seen categories are split 60/10/30 (training, validation, stream).
 The stream (the seen categories' 30% and every question of the held-out ones, in random order)
 is replayed through each method of `jeirt_ray.experiments.online_sim` (static, online,
-online_full, epsilon_greedy, linucb, category_best, oracle): each step picks an LLM among those
+online_full, online_regions, epsilon_greedy, linucb, category_thompson, category_best, oracle): each step picks an LLM among those
 with a label for the question, receives its label and is charged its price (without --prices
-every LLM costs the same: nothing). The online configuration is chosen on the validation stream
-(the validation category and the seen categories' validation questions). Also measured in the
-same run: applying a batch of 100 outcomes, and one routed query with and without exploration.
+every LLM costs the same: nothing). The configurations of online, online_regions and category_thompson
+are chosen on the validation stream (the validation category and the seen categories' validation
+questions). Also measured in the same run: applying a batch of 100 outcomes, and one routed
+query with and without exploration (and online_regions' update, decision and refit).
 
 JSON: `curve["<step>"]["<method>"]` (accuracy_window, cost_per_1k_window), `final["<method>"]`
 (unseen_accuracy_last_half, seen_accuracy_last_half, cost_per_1k, exploration_cost_share),
 `final["online_minus_static_unseen_ci95"]`, `final["online_minus_static_seen_ci95"]` (paired over
-questions), `adoption_steps` (the cold-started LLM), `narrowed_share` (queries whose candidates
+questions; the same for online_regions), `adoption_steps` (the cold-started LLM), `narrowed_share` (queries whose candidates
 were narrowed by missing labels), `chosen_config`, `timing`.
 """
 
@@ -77,6 +78,28 @@ def timing(space, prep, rows) -> dict:
     return out
 
 
+def region_timing(space, known_x, known_y, config, x) -> dict:
+    """Milliseconds for online_regions: a batch of 100 outcomes learned (no refit inside it), one
+    query decided, and drawing the regions again (every `refit_every` outcomes)."""
+    learner = sim.build_regions(space, known_x, known_y, config, 0.0, 0).learner
+    learner.refit_every = 10 ** 9
+    rng = np.random.default_rng(0)
+    llm, y = rng.integers(0, len(space.model_names), 100), rng.integers(0, 2, 100)
+    learner.update(x[:100], llm, y)  # warm
+    t = time.perf_counter()
+    learner.update(x[:100], llm, y)
+    out = {"regions_update_100_outcomes_ms": (time.perf_counter() - t) * 1000}
+    learner.decide(x[:1])
+    t = time.perf_counter()
+    for i in range(100):
+        learner.decide(x[i:i + 1])
+    out["regions_route_ms"] = (time.perf_counter() - t) / 100 * 1000
+    t = time.perf_counter()
+    learner._fit_regions()
+    out["regions_refit_ms"] = (time.perf_counter() - t) * 1000
+    return out
+
+
 def plot(result: dict, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -86,7 +109,7 @@ def plot(result: dict, path: str) -> None:
     for m in sim.METHODS:
         ys = [result["curve"][str(s)][m]["unseen_accuracy_window"] for s in steps]
         ax.plot(steps, [np.nan if y is None else 100 * y for y in ys], label=m,
-                ls="--" if m in ("category_best", "oracle") else "-")
+                ls="--" if m in ("category_thompson", "category_best", "oracle") else "-")
     ax.set_xlabel("queries routed")
     ax.set_ylabel("accuracy on held-out categories, last 500 (%)")
     ax.set_title(f"{result['data']}, seed {result['seed']}: learning from traffic")
@@ -126,10 +149,21 @@ def main():
     val = sim.make_stream(prep, val_rows, [val_cat], cost_of, args.seed, args.max_steps)
     config, tried = sim.choose_config(space, val, prep.X[val.rows], 0.0, args.seed)
     print(f"chosen on validation: {config}", flush=True)
+    known = np.flatnonzero(prep.split.question_part == 0)  # the training questions: where the space is on the map
+    known_x, known_y = prep.X[known], data.label_matrix(known)
+    rconfig, rtried = sim.choose_region_config(space, val, prep.X[val.rows], known_x, known_y, 0.0, args.seed)
+    print(f"online_regions, chosen on validation: {rconfig}", flush=True)
+    cprior, ctried = sim.choose_category_prior(space, val, prep.X[val.rows], args.seed)
     x = prep.X[test.rows]
     runs = {}
-    for m in ("static", "online", "online_full", "epsilon_greedy", "linucb"):
-        runs[m] = sim.run_method(sim.build(m, space, config, 0.0, args.seed, args.full_share, args.epsilon), test, x)
+    for m in ("static", "online", "online_full", "online_regions", "epsilon_greedy", "linucb", "category_thompson"):
+        if m == "online_regions":
+            method = sim.build_regions(space, known_x, known_y, rconfig, 0.0, args.seed)
+        elif m == "category_thompson":
+            method = sim.build_category(space, test, cprior, args.seed)
+        else:
+            method = sim.build(m, space, config, 0.0, args.seed, args.full_share, args.epsilon)
+        runs[m] = sim.run_method(method, test, x)
         print(f"{m}: unseen {np.mean(runs[m]['correct'][test.unseen]):.4f} seen "
               f"{np.mean(runs[m]['correct'][~test.unseen]):.4f}", flush=True)
     if args.budget_per_1k is not None:  # the pacer starts from the router's open-loop calibration, as jr.Learner's
@@ -144,10 +178,12 @@ def main():
               "prices": args.prices, "held_out": held, "validation_category": val_cat,
               "stream": {"queries": int(len(test.rows)), "unseen": int(test.unseen.sum())},
               "narrowed_share": float(np.isnan(test.labels).any(1).mean()),
-              "chosen_config": config, "validation": tried, **sim.summarise(test, runs)}
+              "chosen_config": config, "validation": tried, "chosen_region_config": rconfig,
+              "region_validation": rtried, "chosen_category_prior": cprior, "category_validation": ctried,
+              **sim.summarise(test, runs)}
     result["adoption"] = sim.adoption(space, test, x, config, 0.0, args.seed)
     result["adoption_steps"] = result["adoption"]["adoption_steps"]
-    result["timing"] = timing(space, prep, test.rows)
+    result["timing"] = timing(space, prep, test.rows) | region_timing(space, known_x, known_y, rconfig, x)
     if args.budget_per_1k is not None:
         paced = runs["online_budget"]["cost"]
         late = paced[len(paced) // 2:]

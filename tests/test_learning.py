@@ -11,6 +11,7 @@ from jeirt_ray.encoders import HashingEncoder
 from jeirt_ray.experiments import online_sim as sim
 from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.prepare import prepare
+from jeirt_ray.experiments.regions import RegionLearner
 from jeirt_ray.learning import Explorer, OnlineState, Outcomes, Pacer, evaluate_policy, one_hot
 from jeirt_ray.model.train import TrainConfig
 
@@ -153,6 +154,11 @@ def test_learning_from_the_stream_finds_the_llm_that_is_best_off_the_map(world, 
     config = {"prior_var": 0.003, "evidence": 0.0, "residual_var": 1.0, "rule": "thompson", "explore": 0.2}
     runs = {m: sim.run_method(sim.build(m, space, config, 0.0, 0, 0.05, 0.05), stream, prep.X[rows])
             for m in ("static", "online", "online_full", "epsilon_greedy", "linucb")}
+    known = np.flatnonzero(prep.split.question_part == 0)
+    regions = {"regions": 8, "bias_var": 0.3, "explore": 1.0}
+    runs["online_regions"] = sim.run_method(sim.build_regions(space, prep.X[known], everything[known], regions, 0.0, 0),
+                                            stream, prep.X[rows])
+    runs["category_thompson"] = sim.run_method(sim.build_category(space, stream, 0.3, 0), stream, prep.X[rows])
     runs |= sim.hindsight(stream)
     out = sim.summarise(stream, runs)
     final = out["final"]
@@ -161,6 +167,10 @@ def test_learning_from_the_stream_finds_the_llm_that_is_best_off_the_map(world, 
     assert final["online"]["unseen_accuracy_last_half"] > 0.75, final["online"]
     assert final["online_minus_static_unseen_ci95"][0] > 0.1
     assert final["online_minus_static_seen_ci95"][1] > 0  # not worse on the seen categories beyond noise
+    assert final["online_regions"]["unseen_accuracy_last_half"] > 0.7, final["online_regions"]
+    assert final["online_regions_minus_static_unseen_ci95"][0] > 0.1
+    assert final["online_regions_minus_static_seen_ci95"][1] > 0
+    assert final["category_thompson"]["unseen_accuracy_last_half"] > 0.75, final["category_thompson"]
     assert final["oracle"]["unseen_accuracy_last_half"] >= final["category_best"]["unseen_accuracy_last_half"]
     step = max(out["curve"], key=int)
     assert {"accuracy_window", "cost_per_1k_window"} <= set(out["curve"][step]["online"])
@@ -169,6 +179,45 @@ def test_learning_from_the_stream_finds_the_llm_that_is_best_off_the_map(world, 
     cold = sim.adoption(space, stream, prep.X[rows], config, 0.0, 0)
     assert cold["llm"] == space.model_names[star] and cold["adoption_steps"] is not None, cold
     assert cold["adoption_steps"] <= 200, cold
+
+
+def test_a_region_learns_every_llm_from_each_answer_there_and_nothing_elsewhere(world, synthetic):
+    prep, space = world["prep"], world["space"]
+    known = np.flatnonzero(prep.split.question_part == 0)
+    labels = synthetic.label_matrix()
+    with pytest.raises(ValueError, match="known_y: .* one row per known question and one column per LLM"):
+        RegionLearner(space, prep.X[known], labels[known][:, :3])
+    # the shift alone (no offsets per LLM), free of the known answers' information (evidence 0)
+    learner = RegionLearner(space, prep.X[known], labels[known], regions=4, bias_var=0.0, evidence=0.0, explore=0.0,
+                            refit_every=60)
+    pinned = RegionLearner(space, prep.X[known], labels[known], regions=4, bias_var=0.0, evidence=1.0, explore=0.0)
+    held = np.flatnonzero(synthetic.benchmarks == world["held"][0])
+    here = held[learner.region(prep.X[held]) == learner.region(prep.X[held[:1]])[0]]
+    elsewhere = known[learner.region(prep.X[known]) != learner.region(prep.X[held[:1]])[0]][:20]
+    before_here, before_elsewhere = learner.predict_proba(prep.X[here]), learner.predict_proba(prep.X[elsewhere])
+    top = int(np.argmax(before_here.mean(0)))
+    learner.update(prep.X[here[:40]], np.full(40, top), np.zeros(40))  # the top LLM fails 40 times here
+    after = learner.predict_proba(prep.X[here])
+    # where the known answers hold the region, the same failures move its logits less
+    def logit(p):
+        return np.log(p / (1 - p))[:, top].mean()
+    start = logit(pinned.predict_proba(prep.X[here]))
+    pinned.update(prep.X[here[:40]], np.full(40, top), np.zeros(40))
+    assert 0 < start - logit(pinned.predict_proba(prep.X[here])) < 0.9 * (logit(before_here) - logit(after))
+    assert after[:, top].mean() < before_here[:, top].mean() - 0.1
+    moved = np.abs(after - before_here).mean(0)
+    assert (np.delete(moved, top) > 1e-3).sum() >= len(moved) // 2  # the shift is shared: others move too
+    np.testing.assert_array_equal(learner.predict_proba(prep.X[elsewhere]), before_elsewhere)
+    learner.update(prep.X[here[:30]], np.full(30, top), np.zeros(30))  # past refit_every: regions drawn again
+    assert len(learner.log_k) == 70
+    assert learner.predict_proba(prep.X[here])[:, top].mean() < before_here[:, top].mean() - 0.1  # kept
+    # a decision: the posterior mean's choice off the explored share, else a draw with its share of draws
+    greedy = learner.decide(prep.X[here[:1]])
+    assert greedy.propensity == 1.0 and greedy.chosen == greedy.greedy == int(np.argmax(learner.predict_proba(prep.X[here[:1]])))
+    learner.explore = 1.0
+    picks = [learner.decide(prep.X[here[:1]]) for _ in range(200)]
+    share = np.mean([d.chosen == picks[0].chosen for d in picks])
+    assert abs(np.mean([d.propensity for d in picks if d.chosen == picks[0].chosen]) - share) < 0.15
 
 
 def test_a_space_learner_routes_with_propensities_learns_and_keeps_what_it_learned(world, synthetic, tmp_path):

@@ -11,11 +11,18 @@ count as unreachable), receives that LLM's label and is charged its price. Metho
                     exploring by the rule and share chosen on validation (learning.Explorer)
     online_full     the same, and on a share `full_share` of the queries every reachable LLM is
                     asked and learned from (full feedback, charged)
+    online_regions  a shift of the question side per region of the query space, learned from every
+                    chosen LLM's outcome, over the static space (regions.RegionLearner: Thompson
+                    draws; the regions' start fitted to the training questions' answers)
     epsilon_greedy  the same learning, exploring uniformly at random on a share `epsilon`
     online_budget   `online` with a pacer that moves the cost weight to spend `budget_per_1k` USD per
                     1,000 queries (learning.Pacer, from the router's open-loop `budget_weight`; with
                     prices, when a budget is given)
     linucb          a LinUCB contextual bandit per LLM on the same question directions, cold
+    category_thompson  a reference no router can be: it knows each query's category, and learns per
+                    category and LLM a correction of the space's logit (Thompson sampling on every
+                    query): what partial feedback can find within the stream when the categories
+                    are given
     category_best   the best LLM of each category on the stream, in hindsight
     oracle          a correct LLM whenever one exists (the cheapest, with prices)
 
@@ -37,10 +44,13 @@ from ..learning.online import OnlineState, Outcomes
 from ..model.onboarding import directions
 from ..model.space import CoreSpace
 from .prepare import Prepared
+from .regions import DEFAULTS as REGION_DEFAULTS, RegionLearner
 
-METHODS = ("static", "online", "online_full", "epsilon_greedy", "linucb", "category_best", "oracle")
+METHODS = ("static", "online", "online_full", "online_regions", "epsilon_greedy", "linucb", "category_thompson",
+           "category_best", "oracle")
 GRID = {"prior_var": (0.003, 0.03), "residual_var": (0.0, 1.0), "evidence": (0.0,), "rule": ("thompson", "ucb"),
         "explore": (0.1,)}
+REGION_GRID = {"regions": (14, 28), "bias_var": (0.0, 0.3), "explore": (0.3, 1.0)}
 
 
 @dataclasses.dataclass
@@ -131,6 +141,49 @@ class Online:
         rows = [(u.repeat(len(learned), 0), n.repeat(len(learned))) for u, n in geo]
         self.state.update(Outcomes(np.zeros((len(learned), 1)), np.array(learned), labels[learned]), geo=rows)
         return chosen, extra + asked, asked
+
+
+class Regions:
+    """Learning per region of the query space (regions.RegionLearner), over the static space."""
+
+    def __init__(self, learner: RegionLearner, weight: float = 0.0):
+        self.learner, self.weight = learner, weight
+
+    def features(self, x: np.ndarray):
+        return [(x, self.learner.static_logits(x).transpose(1, 0, 2))]  # the space's logits: (n, members, K)
+
+    def step(self, i, geo, costs, allowed, labels):
+        x, base = geo[0][0], geo[0][1].transpose(1, 0, 2)
+        d = self.learner.decide(x, allowed, costs, self.weight, base=base)
+        self.learner.update(x, [d.chosen], [labels[d.chosen]], base=base)
+        return d.chosen, max(0.0, costs[d.chosen] - costs[d.greedy]) if d.explored else 0.0, 0.0
+
+
+class CategoryThompson:
+    """Per (category, LLM) a correction of the space's logit, normal with variance `prior_var` at
+    the start, learned by the Laplace step from the chosen LLM's outcome; each query goes to the
+    LLM that wins a posterior draw. `category`: each stream query's category, in stream order."""
+
+    def __init__(self, state: OnlineState, category: np.ndarray, prior_var: float, seed: int = 0):
+        self.state, self.category, self.prior_var = state, category, prior_var
+        self.mean, self.precision = {}, {}
+        self.rng = np.random.default_rng(seed + 11)
+
+    def features(self, x: np.ndarray):
+        return self.state.geometry(x)
+
+    def step(self, i, geo, costs, allowed, labels):
+        base = self.state.logits(geo).mean(0)[0]
+        c = self.category[i]
+        mean = self.mean.setdefault(c, np.zeros(len(base)))
+        precision = self.precision.setdefault(c, np.full(len(base), 1 / self.prior_var))
+        draw = mean + self.rng.standard_normal(len(base)) / np.sqrt(precision)
+        chosen = int(np.argmax(np.where(allowed, base + draw, -np.inf)))
+        greedy = int(np.argmax(np.where(allowed, base + mean, -np.inf)))
+        p = 1 / (1 + np.exp(-(base[chosen] + mean[chosen])))
+        precision[chosen] += max(p * (1 - p), 1e-6)
+        mean[chosen] += (labels[chosen] - p) / precision[chosen]
+        return chosen, max(0.0, costs[chosen] - costs[greedy]) if chosen != greedy else 0.0, 0.0
 
 
 class LinUCB:
@@ -248,6 +301,50 @@ def choose_config(space: CoreSpace, stream: Stream, x: np.ndarray, weight: float
     return {k: best[k] for k in GRID}, tried
 
 
+def choose_on(stream: Stream, x: np.ndarray, grid: dict, make, defaults: dict) -> tuple[dict, list[dict]]:
+    """The configuration (every combination of `grid`; `make(config)` builds the method) with the
+    best mean of unseen and seen accuracy over the last half of the validation stream, as
+    choose_config's; ties to `defaults`, then to the first in the grid."""
+    import itertools
+    tried = []
+    for values in itertools.product(*grid.values()):
+        config = dict(zip(grid, values))
+        run = run_method(make(config), stream, x)
+        score = [float(np.mean(last_half(stream, run, stream.unseen))),
+                 float(np.mean(last_half(stream, run, ~stream.unseen)))]
+        tried.append({**config, "unseen": score[0], "seen": score[1], "score": float(np.mean(score))})
+    best = max(tried, key=lambda t: (round(t["score"], 3), all(t[k] == defaults.get(k) for k in grid)))
+    return {k: best[k] for k in grid}, tried
+
+
+def choose_region_config(space: CoreSpace, stream: Stream, x: np.ndarray, known_x: np.ndarray,
+                         known_y: np.ndarray, weight: float, seed: int) -> tuple[dict, list[dict]]:
+    """online_regions' configuration (REGION_GRID) on the validation stream."""
+    return choose_on(stream, x, REGION_GRID, lambda c: build_regions(space, known_x, known_y, c, weight, seed),
+                     REGION_DEFAULTS)
+
+
+CATEGORY_PRIORS = (0.03, 0.1, 0.3)
+
+
+def choose_category_prior(space: CoreSpace, stream: Stream, x: np.ndarray, seed: int) -> tuple[float, list[dict]]:
+    """category_thompson's prior variance on the validation stream."""
+    config, tried = choose_on(stream, x, {"prior_var": CATEGORY_PRIORS},
+                              lambda c: build_category(space, stream, c["prior_var"], seed), {"prior_var": 0.1})
+    return config["prior_var"], tried
+
+
+def build_category(space: CoreSpace, stream: Stream, prior_var: float, seed: int) -> CategoryThompson:
+    return CategoryThompson(OnlineState(space, 0.003), stream.category, prior_var, seed)
+
+
+def build_regions(space: CoreSpace, known_x: np.ndarray, known_y: np.ndarray, config: dict, weight: float,
+                  seed: int) -> Regions:
+    settings = REGION_DEFAULTS | config
+    return Regions(RegionLearner(space, known_x, known_y, settings["regions"], settings["prior_var"],
+                                 settings["bias_var"], settings["evidence"], settings["explore"], seed=seed), weight)
+
+
 PACER_GAINS = (0.5, 1.0, 2.0, 4.0)
 
 
@@ -328,6 +425,9 @@ def summarise(stream: Stream, runs: dict[str, dict], points: int = 20, window: i
             if mask.any() else None
         final[f"online_minus_static_{part}_ci95"] = paired_ci(last_half(stream, runs["online"], mask),
                                                               last_half(stream, runs["static"], mask))
+        if "online_regions" in runs:
+            final[f"online_regions_minus_static_{part}_ci95"] = paired_ci(
+                last_half(stream, runs["online_regions"], mask), last_half(stream, runs["static"], mask))
     return {"curve": curve, "final": final}
 
 
