@@ -75,9 +75,11 @@ class RegionLearner:
         if not 0 <= explore <= 1:
             raise ValueError(f"explore must be a share from 0 to 1, not {explore!r}")
         known_x = np.asarray(known_x, dtype=np.float32)
-        if known_x.ndim != 2 or len(known_x) < regions:
-            raise ValueError(f"known_x: {known_x.shape}; region learning needs at least {regions} known questions")
-        self.space, self.regions, self.prior_var, self.evidence = space, int(regions), float(prior_var), float(evidence)
+        if known_x.ndim != 2 or len(known_x) < 2:
+            raise ValueError(f"known_x: {known_x.shape}; region learning needs the embeddings of at least 2 known "
+                             "questions, one row each")
+        regions = min(int(regions), len(known_x) // 2)  # a small dataset: at least 2 known questions per region
+        self.space, self.regions, self.prior_var, self.evidence = space, regions, float(prior_var), float(evidence)
         self.explore, self.refit_every, self.draws = float(explore), int(refit_every), int(draws)
         self.seed, self.rng = seed, np.random.default_rng(seed)
         k = len(space.model_names)
