@@ -285,26 +285,13 @@ def last_half(stream: Stream, run: dict, part: np.ndarray) -> np.ndarray:
 
 
 def choose_config(space: CoreSpace, stream: Stream, x: np.ndarray, weight: float, seed: int) -> tuple[dict, list[dict]]:
-    """The online method's configuration with the best mean of unseen and seen accuracy over the
-    last half of the validation stream (GRID, every combination)."""
-    import itertools
-    tried = []
-    for values in itertools.product(*GRID.values()):
-        config = dict(zip(GRID, values))
-        run = run_method(build("online", space, config, weight, seed, 0.0, 0.0), stream, x)
-        score = [float(np.mean(last_half(stream, run, stream.unseen))),
-                 float(np.mean(last_half(stream, run, ~stream.unseen)))]
-        tried.append({**config, "unseen": score[0], "seen": score[1], "score": float(np.mean(score))})
-    # ties (to 1 query in 1,000: a validation category without headroom tells the settings apart
-    # little) go to the library's defaults, then to the first in the grid
-    best = max(tried, key=lambda t: (round(t["score"], 3), all(t[k] == DEFAULTS[k] for k in GRID)))
-    return {k: best[k] for k in GRID}, tried
+    """The online method's configuration (GRID, every combination) on the validation stream."""
+    return choose_on(stream, x, GRID, lambda c: build("online", space, c, weight, seed, 0.0, 0.0), DEFAULTS)
 
 
 def choose_on(stream: Stream, x: np.ndarray, grid: dict, make, defaults: dict) -> tuple[dict, list[dict]]:
     """The configuration (every combination of `grid`; `make(config)` builds the method) with the
-    best mean of unseen and seen accuracy over the last half of the validation stream, as
-    choose_config's; ties to `defaults`, then to the first in the grid."""
+    best mean of unseen and seen accuracy over the last half of the validation stream."""
     import itertools
     tried = []
     for values in itertools.product(*grid.values()):
@@ -313,6 +300,8 @@ def choose_on(stream: Stream, x: np.ndarray, grid: dict, make, defaults: dict) -
         score = [float(np.mean(last_half(stream, run, stream.unseen))),
                  float(np.mean(last_half(stream, run, ~stream.unseen)))]
         tried.append({**config, "unseen": score[0], "seen": score[1], "score": float(np.mean(score))})
+    # ties (to 1 query in 1,000: a validation category without headroom tells the settings apart
+    # little) go to `defaults` (the library's), then to the first in the grid
     best = max(tried, key=lambda t: (round(t["score"], 3), all(t[k] == defaults.get(k) for k in grid)))
     return {k: best[k] for k in grid}, tried
 

@@ -206,9 +206,8 @@ class RegionLearner:
         """One Laplace step per outcome, in order (a rank-one change of the region's covariance)."""
         for i in range(len(llm)):
             r, k = regions[i], llm[i]
-            for m in range(len(self.vectors)):
-                self._chol.pop((m, r), None)
             for m, f in enumerate(self.vectors):
+                self._chol.pop((m, r), None)  # the region's logit covariance changes
                 mu, cov, fk = self.mu[m][r], self.cov[m][r], f[k]
                 p = _sigmoid(base[m, i, k] + fk @ mu)
                 w = max(p * (1 - p), 1e-6)
