@@ -208,8 +208,9 @@ def test_a_region_learns_every_llm_from_each_answer_there_and_nothing_elsewhere(
     moved = np.abs(after - before_here).mean(0)
     assert (np.delete(moved, top) > 1e-3).sum() >= len(moved) // 2  # the shift is shared: others move too
     np.testing.assert_array_equal(learner.predict_proba(prep.X[elsewhere]), before_elsewhere)
+    centers = learner.centers.copy()
     learner.update(prep.X[here[:30]], np.full(30, top), np.zeros(30))  # past refit_every: regions drawn again
-    assert len(learner.log_k) == 70
+    assert len(learner.log_k) == 70 and not np.allclose(learner.centers, centers)
     assert learner.predict_proba(prep.X[here])[:, top].mean() < before_here[:, top].mean() - 0.1  # kept
     # a decision: the posterior mean's choice off the explored share, else a draw with its share of draws
     greedy = learner.decide(prep.X[here[:1]])
