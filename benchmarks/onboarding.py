@@ -30,7 +30,10 @@ run, as the baseline), against joint training. `curve["<N>"]["<strategy>"]` has 
 worst_gap, accuracy_mae (points between the estimated and the true accuracy on the benchmark as
 `jeirt onboard` estimates it: every question of the space the LLM answered, its N answers counted
 as answered; the estimate of model/estimate.py) and model_accuracy_mae (the space's prediction
-alone), interval_coverage (share of units whose 90% interval holds that accuracy),
+alone), information_bound_mae and best_questions_bound_mae (the error with which N random
+answers, or N answers to the best questions possible, tell the accuracy when only the LLM's overall
+level is unknown: below it only a prior reaches; analysis/onboarding_curve.py information_bound),
+interval_coverage (share of units whose 90% interval holds that accuracy),
 test_accuracy_mae and test_interval_coverage (the same on the test split's questions alone),
 cost_usd (of the N questions, at the LLM's price), and the paired differences to random with 95%
 intervals;
@@ -59,6 +62,7 @@ from jeirt_ray.encoders import make_encoder
 from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.selection import fixed_config
 from jeirt_ray.experiments.prepare import prepare
+from jeirt_ray.model.adaptive import LEVEL_FLOOR
 from jeirt_ray.model.onboarding import onboard
 from jeirt_ray.model.onboarding_defaults import DEFAULT_PURPOSE, MIXED_ADAPTIVE_FIRST, PURPOSE_STRATEGY, STRATEGIES
 
@@ -84,6 +88,12 @@ def main():
                     help="with --adaptive: the strategies compared (default: all; random is the baseline)")
     ap.add_argument("--target", choices=["questions", "accuracy"], default="accuracy",
                     help="with --adaptive: what the adaptive questions aim to pin down (model/adaptive.py)")
+    ap.add_argument("--estimate-prior-scale", type=float, default=1.0,
+                    help="with --adaptive: how many times wider than the known LLMs' covariance the prior of the "
+                         "accuracy estimate's vector is (1: as jeirt onboard fits it; wider was tried, not kept)")
+    ap.add_argument("--level-floor", type=float, default=None,
+                    help="with --adaptive: the intervals' floor, a share of the level's standard error without a "
+                         "prior (default: the library's, model/adaptive.py LEVEL_FLOOR)")
     args = ap.parse_args()
     if args.adaptive:
         return adaptive_main(args)
@@ -193,7 +203,8 @@ def adaptive_main(args):
             start = time.perf_counter()
             rows = response_curve(prep, joint, blind, held, responses, costs, seed=seed, prior=args.prior,
                                   evaluate=args.evaluate, target=args.target, strategies=strategies,
-                                  adaptive_first=args.mixed_first)
+                                  adaptive_first=args.mixed_first, estimate_prior_scale=args.estimate_prior_scale,
+                                  level_floor=args.level_floor)
             run.setdefault("curve_seconds", {})[group] = time.perf_counter() - start
             for r in rows:
                 r.update(split_seed=seed, group=group)
@@ -214,7 +225,8 @@ def adaptive_main(args):
                   for h in STRATEGIES if h in c}, flush=True)
     write_json(args.out, {"data": data.name, "split_seeds": seeds, "responses": list(responses), "prior": args.prior,
                           "evaluate": args.evaluate, "target": args.target, "strategies": list(strategies),
-                          "mixed_first": args.mixed_first,
+                          "mixed_first": args.mixed_first, "estimate_prior_scale": args.estimate_prior_scale,
+                          "level_floor": LEVEL_FLOOR if args.level_floor is None else args.level_floor,
                           "defaults": dict(PURPOSE_STRATEGY), "default_purpose": DEFAULT_PURPOSE,
                           "members": args.members, "config": config.model_dump(), "costs": cost_note,
                           "curve": curve, "curve_by_group": by_group, "targets": targets, "runs": runs,

@@ -75,3 +75,54 @@ def test_too_few_random_answers_make_no_correction_and_groups_get_their_own():
     assert out["overall"][0] == np.float64(0.3 * resid[:30].mean() + 0.7 * resid[30:].mean())
     est, samples, weight = combine(0.5, np.full(10, 0.5), None)
     assert (est, weight) == (0.5, 0.0) and (samples == 0.5).all()
+
+
+def test_the_information_bound_is_what_a_known_item_model_reaches_from_random_answers():
+    """A Rasch LLM on questions whose difficulties are known exactly, its level unknown: the
+    accuracy read off its level fitted (no prior) to n random answers errs by what
+    information_bound says (within 15%, 400 LLMs; the bound is the maximum-likelihood fit's
+    asymptotic error, which only a prior can go below)."""
+    from jeirt_ray.analysis.onboarding_curve import information_bound
+    rng = np.random.default_rng(2)
+    n_q, n = 4000, 50
+    b = rng.normal(0, 1.5, n_q)
+    errors, bounds = [], []
+    for rep in range(400):
+        theta = rng.normal(0.5, 1.0)
+        p = 1 / (1 + np.exp(-(theta - b)))
+        y = (rng.random(n_q) < p).astype(float)
+        asked = rng.choice(n_q, n, replace=False)
+        t = 0.0
+        for _ in range(30):  # the level's maximum-likelihood fit, by Newton's method
+            q = 1 / (1 + np.exp(-(t - b[asked])))
+            t = float(np.clip(t + (y[asked] - q).sum() / max((q * (1 - q)).sum(), 1e-6), -8, 8))
+        errors.append(abs((1 / (1 + np.exp(-(t - b)))).mean() - p.mean()))
+        bounds.append(information_bound(float((p * (1 - p)).mean()), n))
+    assert 0.85 <= np.mean(errors) / np.mean(bounds) <= 1.15, (np.mean(errors), np.mean(bounds))
+
+
+def test_an_interval_is_never_narrower_than_what_its_answers_allow_without_a_prior():
+    """A posterior that claims to know the vector (a prior far too sure of itself): after 30
+    answers the 90% interval is still as wide as the level's standard error from those answers
+    (information_bound's), and the answers narrow it: 120 answers give about half the width."""
+    from jeirt_ray.model.adaptive import accuracy_intervals
+    from jeirt_ray.model.onboarding import RowFit
+    rng = np.random.default_rng(3)
+    d, n_q = 4, 2000
+    u = rng.normal(size=(n_q, d))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    norm = rng.uniform(0.5, 2.0, n_q)
+    fit = RowFit(np.full(d, 0.8), np.eye(d) * 1e-8, 1)
+    p = 1 / (1 + np.exp(-(u @ fit.theta - norm)))
+    widths = {}
+    for n in (30, 120):
+        asked = rng.choice(n_q, n, replace=False)
+        out = accuracy_intervals([(u, norm)], [fit], observed=(asked, (rng.random(n) < p[asked]).astype(float)),
+                                 draws=200, level_floor=1.0)["overall"]
+        pq = p * (1 - p)
+        rest = np.ones(n_q, dtype=bool)
+        rest[asked] = False
+        level_sd = pq[rest].sum() / n_q / np.sqrt(pq[asked].sum())
+        widths[n] = out["high"] - out["low"]
+        assert widths[n] >= 0.95 * 2 * 1.645 * level_sd, (n, widths[n], level_sd)
+    assert 0.4 < widths[120] / widths[30] < 0.6, widths

@@ -111,7 +111,8 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
                    question_cost: np.ndarray | None = None, seed: int = 0, prior: str = "population",
                    evaluate: str = "test", target: str = "accuracy",
                    strategies: tuple[str, ...] = STRATEGIES,
-                   adaptive_first: int = MIXED_ADAPTIVE_FIRST) -> list[dict]:
+                   adaptive_first: int = MIXED_ADAPTIVE_FIRST,
+                   estimate_prior_scale: float = 1.0, level_floor: float | None = None) -> list[dict]:
     """Per held-out LLM (absent from `blind`, present in `joint`), strategy and response count
     N: the LLM fitted into `blind` from N of its training-split answers, asked in batches of
     ADAPTIVE_BATCH (the vector refitted between batches, from no answer), a share of each batch
@@ -137,12 +138,19 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
       `test_accuracy_error` and `test_interval_covers`: the same for its accuracy on the test
       split alone (questions the space never trained on, none of them asked);
     - `cost_usd`: what its N questions cost (`question_cost[q, m]`: USD of asking question q to
-      LLM m).
+      LLM m);
+    - per LLM, `answer_variance`: the mean p(1 - p) of its answers over that benchmark, p from its
+      vector fitted to every training answer (for `information_bound`).
+
+    `estimate_prior_scale` (tried on validation, not kept: docs/results/benchmarks.md) fits the
+    accuracy estimate's vector under the prior widened that many times (1: the plain prior, as
+    `jeirt onboard` fits it); routing and the adaptive questions keep the plain prior.
+    `level_floor`: the intervals' floor (model/adaptive.py accuracy_intervals; None: LEVEL_FLOOR).
 
     The adaptive reference set is every training-split question: the test split is not read for
     any choice. `evaluate="val"` scores on the validation split instead (for choosing a setting,
     such as the selection's `target`, model/adaptive.py)."""
-    from ..model.adaptive import (MAX_CANDIDATES, REFERENCE_SAMPLE, accuracy_intervals, belief, select,
+    from ..model.adaptive import (LEVEL_FLOOR, MAX_CANDIDATES, REFERENCE_SAMPLE, accuracy_intervals, belief, select,
                                   stratified_sample)
     from ..model.estimate import corrections, crossfit_residuals, random_draws, sample_order
     from ..model.onboarding import directions, member_priors
@@ -152,6 +160,7 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     part_q = prep.split.question_part
     part = part_q[data.q_idx]
     rng = np.random.default_rng(seed)
+    floor = LEVEL_FLOOR if level_floor is None else level_floor
     ref_rows = np.flatnonzero(part_q == 0)  # as model.adaptive.plan: a sample stratified by benchmark
     ref_rows = ref_rows[stratified_sample(data.benchmarks[ref_rows], REFERENCE_SAMPLE, rng)]
     reference = directions(blind, prep.X[ref_rows])
@@ -199,18 +208,25 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
                **{how: {} for how in strategies}}
 
         pool_dirs = [(u[data.q_idx[pool]], n[data.q_idx[pool]]) for u, n in all_dirs]
-        priors = member_priors(blind, name, prior, exclude=heldout)
+        # its answers' variance, from the vector fitted to every training answer (information_bound)
+        full_fits = belief(blind, name, prep.X[data.q_idx[pool]], data.labels[pool], prior, exclude=heldout)
+        p_full = np.mean([1 / (1 + np.exp(-(u @ f.theta - n))) for (u, n), f in zip(pop_dirs, full_fits)], axis=0)
+        row["answer_variance"] = float((p_full * (1 - p_full)).mean())
+        priors = member_priors(blind, name, prior, exclude=heldout, scale=estimate_prior_scale)
 
         def score(fits, asked_at: np.ndarray, order: np.ndarray) -> dict:
             """The figures after answers `asked_at` (positions in pool), the random draws among
             them being the answered prefix of `order` (model/estimate.py)."""
             p_new = np.mean([1 / (1 + np.exp(-(u @ f.theta - n))) for (u, n), f in zip(test_dirs, fits)], axis=0)
+            labels_asked = data.labels[pool[asked_at]].astype(np.float64)
+            if estimate_prior_scale != 1:  # the estimate's own fit, as model.adaptive.plan makes it
+                fits = belief(blind, name, prep.X[data.q_idx[pool[asked_at]]], labels_asked, prior, exclude=heldout,
+                              scale=estimate_prior_scale)
             answered = np.zeros(len(pool), dtype=bool)
             answered[asked_at] = True
             draws = random_draws(order, answered)
             where = {int(p): i for i, p in enumerate(asked_at)}
             at = np.array([where[int(p)] for p in draws], dtype=int)
-            labels_asked = data.labels[pool[asked_at]].astype(np.float64)
             resid, p_draws = crossfit_residuals([(u[asked_at], n[asked_at]) for u, n in pool_dirs], labels_asked,
                                                 priors, at, seed=seed)
             draw_bench = data.benchmarks[data.q_idx[pool[draws]]]
@@ -218,8 +234,9 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
             error = {"overall": space_sd, "groups": space_sds}
             observed = (pool_at[asked_at], labels_asked)
             est = accuracy_intervals(pop_dirs, fits, pop_bench, seed=seed, sample=pop_sample, error=error,
-                                     observed=observed, corrections=fixes)
-            vector = accuracy_intervals(pop_dirs, fits, seed=seed, sample=pop_sample, observed=observed)["overall"]
+                                     observed=observed, corrections=fixes, level_floor=floor)
+            vector = accuracy_intervals(pop_dirs, fits, seed=seed, sample=pop_sample, observed=observed,
+                                        level_floor=0.0)["overall"]
             # the test split's accuracy alone: questions the space never trained on, none of them asked
             test = accuracy_intervals([(u[seen], n[seen]) for u, n in test_dirs], fits, seed=seed,
                                       error={"overall": space_sd},
@@ -280,6 +297,20 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     return rows
 
 
+def information_bound(answer_variance: float, n: int, best_questions: bool = False) -> float:
+    """The mean absolute error with which n answers tell an LLM's accuracy when the only unknown
+    is its overall level (each question's P(correct) relative to the others known exactly;
+    `answer_variance`: the mean p(1 - p) of its answers over the benchmark). The accuracy moves
+    with the level by mean p(1 - p) and n answers carry a Fisher information of the sum of their
+    p(1 - p) (Cramer-Rao, a one-parameter Rasch model), so its standard error is sqrt(mean p(1 -
+    p) / n) for questions drawn at random (also the difference estimator's with the true P), and
+    mean p(1 - p) / sqrt(n / 4) for the best questions possible (every one asked where P = 1/2);
+    times sqrt(2 / pi) for a normal error's mean absolute value. Only what is known before the
+    answers (a prior) can go below it."""
+    se = answer_variance / np.sqrt(n / 4) if best_questions else np.sqrt(answer_variance / n)
+    return float(np.sqrt(2 / np.pi) * se)
+
+
 def _mean_runs(runs: list[dict]) -> dict:
     out = {}
     for k, v in runs[0].items():
@@ -301,7 +332,10 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
     (points), `cost_usd` (mean per LLM); `test_accuracy_mae` and `test_interval_coverage`, the
     same on the test split alone, and `joint_test_accuracy_mae`, the joint space's own error on
     those accuracies (the same at every N);
-    `model_accuracy_mae` (the space's mean P alone, uncorrected), `correction_weight`; and per N
+    `model_accuracy_mae` (the space's mean P alone, uncorrected), `correction_weight`,
+    `information_bound_mae` and `best_questions_bound_mae` (what N random answers, or N answers
+    to the best questions possible, can tell without a prior: information_bound; the same for
+    every strategy); and per N
     and strategy S the paired differences S - random in gap and accuracy error
     (`S_minus_random_gap`, `S_minus_random_accuracy_error`; negative: S is better) with 95%
     bootstrap intervals over units."""
@@ -335,7 +369,9 @@ def summarise_curve(units: list[dict], responses: tuple[int, ...], seed: int = 0
                 "test_accuracy_mae": float(np.mean([u[how][key]["test_accuracy_error"] for u in have])),
                 "test_interval_coverage": float(np.mean([u[how][key]["test_interval_covers"] for u in have])),
                 "cost_usd": float(np.mean(costs)) if costs else None, "units": len(have),
-                "joint_test_accuracy_mae": float(np.mean([u["joint_test_accuracy_error"] for u in have]))}
+                "joint_test_accuracy_mae": float(np.mean([u["joint_test_accuracy_error"] for u in have])),
+                **{key_: float(np.mean([information_bound(u["answer_variance"], n, best) * 100 for u in have]))
+                   for key_, best in (("information_bound_mae", False), ("best_questions_bound_mae", True))}}
         for how in strategies:
             paired = [u for u in units if how != "random" and key in u.get(how, {}) and key in u.get("random", {})]
             if not paired:

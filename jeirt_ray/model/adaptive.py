@@ -34,6 +34,9 @@ from .space import CoreSpace
 
 DEFAULT_LEVEL = 0.9
 ERROR_DRAWS = 20  # draws of the space's error per draw of the vector
+# an interval's spread is at least this share of the level's standard error that the answers
+# allow without a prior (accuracy_intervals; chosen on validation, docs/results/benchmarks.md)
+LEVEL_FLOOR = 1.0
 TARGETS = ("questions", "accuracy")
 # what one plan computes with, so that a space of any size plans in about a second: questions
 # scored as candidates (a random subset of those that may be asked), and the reference questions
@@ -48,14 +51,15 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def belief(space: CoreSpace, name: str, x: np.ndarray | None, labels: np.ndarray | None,
-           prior: str = "population", exclude: list[str] | tuple = ()) -> list[RowFit]:
+           prior: str = "population", exclude: list[str] | tuple = (), scale: float = 1.0) -> list[RowFit]:
     """Per member, the posterior of LLM `name`'s vector from its labels on questions with encoder
     embeddings `x` (none: the prior). The prior is built from the other LLMs of the space, less
-    those in `exclude` (e.g. LLMs held out of its training, whose vectors were never fitted)."""
+    those in `exclude` (e.g. LLMs held out of its training, whose vectors were never fitted), its
+    covariance times `scale` (onboarding.member_priors)."""
     labels = np.zeros(0) if labels is None else np.asarray(labels, dtype=np.float64)
     dirs = directions(space, x) if len(labels) else None
     fits = []
-    for i, (mean, cov) in enumerate(member_priors(space, name, prior, exclude)):
+    for i, (mean, cov) in enumerate(member_priors(space, name, prior, exclude, scale)):
         u, norm = dirs[i] if dirs else (np.zeros((0, len(mean))), np.zeros(0))
         fits.append(fit_row(u, norm, labels, mean, cov))
     return fits
@@ -134,8 +138,8 @@ def stratified_sample(groups: np.ndarray, size: int, rng: np.random.Generator, l
 
 def accuracy_draws(reference: list[tuple[np.ndarray, np.ndarray]], fits: list[RowFit], groups: np.ndarray | None = None,
                    draws: int = 100, seed: int = 0, sample: np.ndarray | None = None,
-                   observed: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict, dict, dict]:
-    """(point, samples, unanswered): the predicted accuracy (mean P(correct), averaged over
+                   observed: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict, dict, dict, dict]:
+    """(point, samples, unanswered, level_sd): the predicted accuracy (mean P(correct), averaged over
     members) over the reference questions, overall and per group label, at the posterior mode,
     and its values under `draws` posterior draws of the vector (the members' draws averaged).
     With `sample` (indices of the reference), the draws move the mode's accuracy by what they do
@@ -143,7 +147,11 @@ def accuracy_draws(reference: list[tuple[np.ndarray, np.ndarray]], fits: list[Ro
     count as their labels, in the point and in every draw. `unanswered`: the standard deviation
     of the accuracy on these questions that the unanswered ones' own coin flips add (each
     answered right with its P): the accuracy estimated is that of these questions, not of an
-    endless supply like them."""
+    endless supply like them. `level_sd`: the least standard error of the accuracy that the
+    answers allow without a prior (analysis/onboarding_curve.py information_bound): how far it
+    moves with the LLM's overall level (the unanswered questions' mean p(1 - p)) over the square
+    root of the answers' Fisher information on that level (their sum of p(1 - p)); none without
+    answers."""
     rng = np.random.default_rng(seed)
     n = len(reference[0][0])
     sample = np.arange(n) if sample is None else sample
@@ -156,19 +164,23 @@ def accuracy_draws(reference: list[tuple[np.ndarray, np.ndarray]], fits: list[Ro
     p_mode, p_draw = p_mode / len(fits), p_draw / len(fits)
     shift = p_draw - p_mode[sample][:, None]  # (sample, draws)
     flips = p_mode * (1 - p_mode)
+    fisher = 0.0
     if observed is not None and len(observed[0]):
+        fisher = float(flips[observed[0]].sum())
         p_mode[observed[0]] = observed[1]
         flips[observed[0]] = 0.0
         shift[np.isin(sample, observed[0])] = 0.0
     point = {"overall": float(p_mode.mean())}
     samples = {"overall": point["overall"] + shift.mean(0)}
     unanswered = {"overall": float(np.sqrt(flips.sum()) / n)}
+    level_sd = {"overall": float(flips.mean() / np.sqrt(fisher)) if fisher > 0 else 0.0}
     if groups is not None:
         for g in dict.fromkeys(groups.tolist()):
             point[g] = float(p_mode[groups == g].mean())
             samples[g] = point[g] + shift[groups[sample] == g].mean(0)
             unanswered[g] = float(np.sqrt(flips[groups == g].sum()) / (groups == g).sum())
-    return point, samples, unanswered
+            level_sd[g] = float(flips[groups == g].mean() / np.sqrt(fisher)) if fisher > 0 else 0.0
+    return point, samples, unanswered, level_sd
 
 
 def space_error(space: CoreSpace, x: np.ndarray, q: np.ndarray, m: np.ndarray, y: np.ndarray,
@@ -210,19 +222,21 @@ def _error_sd(error: dict | None, group: str) -> float:
 def accuracy_intervals(reference, fits, groups=None, level: float = DEFAULT_LEVEL, draws: int = 100,
                        seed: int = 0, sample: np.ndarray | None = None, error: dict | None = None,
                        observed: tuple[np.ndarray, np.ndarray] | None = None,
-                       corrections: dict | None = None) -> dict[str, dict]:
+                       corrections: dict | None = None, level_floor: float = LEVEL_FLOOR) -> dict[str, dict]:
     """{"overall" | group: {"accuracy", "low", "high", "questions", "vector_width",
     "model_accuracy", "correction_weight"}}: the estimated accuracy and its central `level`
     interval. The model's part: the posterior of the vector (accuracy_draws; `observed` answers
     count as their labels) and, with `error` (space_error), the space's own error as independent
     normal noise; with `corrections` (model/estimate.py: the random answers' mean residual and
     its variance, per group), the estimate is moved by the correction as far as its variance
-    allows (`combine`); last, the unanswered questions' own coin flips (accuracy_draws), as the
-    accuracy is that of these reference questions. `model_accuracy`: the space's prediction
-    alone; `vector_width`: the width of the interval of the vector's draws alone, the part that
-    more answers narrow."""
+    allows (`combine`); its spread is then widened, where narrower, to `level_floor` times the
+    least that the answers allow without a prior (accuracy_draws' `level_sd`: a prior built from
+    the known LLMs claims too much about a new one unlike them); last, the unanswered questions'
+    own coin flips (accuracy_draws), as the accuracy is that of these reference questions.
+    `model_accuracy`: the space's prediction alone; `vector_width`: the width of the interval of
+    the vector's draws alone, the part that more answers narrow."""
     from .estimate import combine
-    point, samples, unanswered = accuracy_draws(reference, fits, groups, draws, seed, sample, observed)
+    point, samples, unanswered, level_sd = accuracy_draws(reference, fits, groups, draws, seed, sample, observed)
     rng = np.random.default_rng(seed + 1)
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     sizes = {"overall": len(reference[0][0])}
@@ -239,6 +253,10 @@ def accuracy_intervals(reference, fits, groups=None, level: float = DEFAULT_LEVE
     for g, vector in samples.items():
         full = (vector[:, None] + rng.normal(0.0, _error_sd(error, g), (len(vector), ERROR_DRAWS))).ravel()
         estimate, full, weight = combine(point[g], full, (corrections or {}).get(g), unobserved[g], seed)
+        spread, least = float(full.std()), level_floor * level_sd[g]
+        if least > spread:
+            full = estimate + (full - estimate) * (least / spread) if spread > 0 else \
+                estimate + rng.normal(0.0, least, len(full))
         full = full + rng.normal(0.0, unanswered[g], len(full))
         low, high = np.clip(np.quantile(full, q), 0.0, 1.0)
         v_low, v_high = np.quantile(vector, q)

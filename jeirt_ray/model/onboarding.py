@@ -84,14 +84,18 @@ def isotropic_prior(table: np.ndarray) -> tuple[np.ndarray, float]:
 PRIORS = {"population": population_prior, "isotropic": isotropic_prior}
 
 
-def member_priors(space: CoreSpace, name: str, prior: str = "population", exclude: list[str] | tuple = ()) -> list:
+def member_priors(space: CoreSpace, name: str, prior: str = "population", exclude: list[str] | tuple = (),
+                  scale: float = 1.0) -> list:
     """Per member, the prior (mean, covariance) of LLM `name`'s vector, built by `PRIORS[prior]`
-    from the space's other LLMs less those in `exclude` (LLMs held out of training: never fitted)."""
+    from the space's other LLMs less those in `exclude` (LLMs held out of training: never fitted),
+    its covariance times `scale` (wider than the known LLMs' spread: tried for the accuracy
+    estimate, benchmarks/onboarding.py --estimate-prior-scale)."""
     if prior not in PRIORS:
         raise ValueError(f"unknown prior {prior!r}: one of {sorted(PRIORS)}")
     known = [i for i, m in enumerate(space.model_names) if m != name and m not in exclude] \
         or list(range(len(space.model_names)))
-    return [PRIORS[prior](space.model_vectors(i)[known]) for i in range(len(space.members))]
+    out = [PRIORS[prior](space.model_vectors(i)[known]) for i in range(len(space.members))]
+    return [(mean, cov * scale) for mean, cov in out]
 
 
 @dataclass
