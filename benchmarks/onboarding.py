@@ -91,7 +91,7 @@ def main():
     ap.add_argument("--estimate-prior-scale", type=float, default=1.0,
                     help="with --adaptive: how many times wider than the known LLMs' covariance the prior of the "
                          "accuracy estimate's vector is (1: as jeirt onboard fits it; wider was tried, not kept)")
-    ap.add_argument("--level-floor", type=float, default=None,
+    ap.add_argument("--level-floor", type=float, default=LEVEL_FLOOR,
                     help="with --adaptive: the intervals' floor, a share of the level's standard error without a "
                          "prior (default: the library's, model/adaptive.py LEVEL_FLOOR)")
     args = ap.parse_args()
@@ -226,7 +226,7 @@ def adaptive_main(args):
     write_json(args.out, {"data": data.name, "split_seeds": seeds, "responses": list(responses), "prior": args.prior,
                           "evaluate": args.evaluate, "target": args.target, "strategies": list(strategies),
                           "mixed_first": args.mixed_first, "estimate_prior_scale": args.estimate_prior_scale,
-                          "level_floor": LEVEL_FLOOR if args.level_floor is None else args.level_floor,
+                          "level_floor": args.level_floor,
                           "defaults": dict(PURPOSE_STRATEGY), "default_purpose": DEFAULT_PURPOSE,
                           "members": args.members, "config": config.model_dump(), "costs": cost_note,
                           "curve": curve, "curve_by_group": by_group, "targets": targets, "runs": runs,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..experiments.prepare import Prepared
+from ..model.adaptive import LEVEL_FLOOR
 from ..model.metrics import binary_metrics
 from ..model.onboarding import onboard
 from ..model.onboarding_defaults import MIXED_ADAPTIVE_FIRST, STRATEGIES, STRATEGY_SHARE, random_share
@@ -112,7 +113,7 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
                    evaluate: str = "test", target: str = "accuracy",
                    strategies: tuple[str, ...] = STRATEGIES,
                    adaptive_first: int = MIXED_ADAPTIVE_FIRST,
-                   estimate_prior_scale: float = 1.0, level_floor: float | None = None) -> list[dict]:
+                   estimate_prior_scale: float = 1.0, level_floor: float = LEVEL_FLOOR) -> list[dict]:
     """Per held-out LLM (absent from `blind`, present in `joint`), strategy and response count
     N: the LLM fitted into `blind` from N of its training-split answers, asked in batches of
     ADAPTIVE_BATCH (the vector refitted between batches, from no answer), a share of each batch
@@ -145,12 +146,12 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     `estimate_prior_scale` (tried on validation, not kept: docs/results/benchmarks.md) fits the
     accuracy estimate's vector under the prior widened that many times (1: the plain prior, as
     `jeirt onboard` fits it); routing and the adaptive questions keep the plain prior.
-    `level_floor`: the intervals' floor (model/adaptive.py accuracy_intervals; None: LEVEL_FLOOR).
+    `level_floor`: the intervals' floor (model/adaptive.py accuracy_intervals).
 
     The adaptive reference set is every training-split question: the test split is not read for
     any choice. `evaluate="val"` scores on the validation split instead (for choosing a setting,
     such as the selection's `target`, model/adaptive.py)."""
-    from ..model.adaptive import (LEVEL_FLOOR, MAX_CANDIDATES, REFERENCE_SAMPLE, accuracy_intervals, belief, select,
+    from ..model.adaptive import (MAX_CANDIDATES, REFERENCE_SAMPLE, accuracy_intervals, belief, select,
                                   stratified_sample)
     from ..model.estimate import corrections, crossfit_residuals, random_draws, sample_order
     from ..model.onboarding import directions, member_priors
@@ -160,7 +161,6 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     part_q = prep.split.question_part
     part = part_q[data.q_idx]
     rng = np.random.default_rng(seed)
-    floor = LEVEL_FLOOR if level_floor is None else level_floor
     ref_rows = np.flatnonzero(part_q == 0)  # as model.adaptive.plan: a sample stratified by benchmark
     ref_rows = ref_rows[stratified_sample(data.benchmarks[ref_rows], REFERENCE_SAMPLE, rng)]
     reference = directions(blind, prep.X[ref_rows])
@@ -234,7 +234,7 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
             error = {"overall": space_sd, "groups": space_sds}
             observed = (pool_at[asked_at], labels_asked)
             est = accuracy_intervals(pop_dirs, fits, pop_bench, seed=seed, sample=pop_sample, error=error,
-                                     observed=observed, corrections=fixes, level_floor=floor)
+                                     observed=observed, corrections=fixes, level_floor=level_floor)
             vector = accuracy_intervals(pop_dirs, fits, seed=seed, sample=pop_sample, observed=observed,
                                         level_floor=0.0)["overall"]
             # the test split's accuracy alone: questions the space never trained on, none of them asked
