@@ -17,14 +17,14 @@ accuracy within 1 point of joint training (mean over the held-out LLMs); with --
 1 point from 100 responses.
 
     python benchmarks/onboarding.py --adaptive [--data DIR] [--split-seeds 0 1 2]
-        [--responses 10 25 50 100 200] [--strategies adaptive mixed random stratified]
+        [--responses 10 25 50 100 200] [--strategies adaptive mixed random stratified weighted]
         [--evaluate test|val] [--prices FILE] [--plot F.png] --out results/onboarding_adaptive.json
 
 The response curve (jeirt_ray/analysis/onboarding_curve.py, response_curve): held-out LLMs are
 the dataset's replayable ones (outputs/<model>.jsonl.gz), its 3 strongest on the training
 questions (the stronger-LLM case: the space is trained without all three) and 3 more at random,
 each group left out of its own blind space. Each is onboarded from N answers chosen by each
-strategy (model/onboarding_defaults.py: adaptive, mixed, random, stratified; random is always
+strategy (model/onboarding_defaults.py: adaptive, mixed, random, stratified, weighted; random is always
 run, as the baseline), against joint training. `curve["<N>"]["<strategy>"]` has gap_to_joint
 (points of routing accuracy below joint training, mean over held-out LLM x split seed),
 worst_gap, accuracy_mae (points between the estimated and the true accuracy on the benchmark as
@@ -63,6 +63,7 @@ from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.selection import fixed_config
 from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.adaptive import LEVEL_FLOOR
+from jeirt_ray.model.estimate import WEIGHTED_SHARE
 from jeirt_ray.model.onboarding import onboard
 from jeirt_ray.model.onboarding_defaults import DEFAULT_PURPOSE, MIXED_ADAPTIVE_FIRST, PURPOSE_STRATEGY, STRATEGIES
 
@@ -94,6 +95,9 @@ def main():
     ap.add_argument("--level-floor", type=float, default=LEVEL_FLOOR,
                     help="with --adaptive: the intervals' floor, a share of the level's standard error without a "
                          "prior (default: the library's, model/adaptive.py LEVEL_FLOOR)")
+    ap.add_argument("--weighted-share", type=float, default=WEIGHTED_SHARE,
+                    help="with --adaptive: of the weighted strategy's draw probabilities, the share that follows "
+                         "the known LLMs' answer spread (default: the library's, model/estimate.py WEIGHTED_SHARE)")
     args = ap.parse_args()
     if args.adaptive:
         return adaptive_main(args)
@@ -204,7 +208,7 @@ def adaptive_main(args):
             rows = response_curve(prep, joint, blind, held, responses, costs, seed=seed, prior=args.prior,
                                   evaluate=args.evaluate, target=args.target, strategies=strategies,
                                   adaptive_first=args.mixed_first, estimate_prior_scale=args.estimate_prior_scale,
-                                  level_floor=args.level_floor)
+                                  level_floor=args.level_floor, weighted_share=args.weighted_share)
             run.setdefault("curve_seconds", {})[group] = time.perf_counter() - start
             for r in rows:
                 r.update(split_seed=seed, group=group)
@@ -226,7 +230,7 @@ def adaptive_main(args):
     write_json(args.out, {"data": data.name, "split_seeds": seeds, "responses": list(responses), "prior": args.prior,
                           "evaluate": args.evaluate, "target": args.target, "strategies": list(strategies),
                           "mixed_first": args.mixed_first, "estimate_prior_scale": args.estimate_prior_scale,
-                          "level_floor": args.level_floor,
+                          "level_floor": args.level_floor, "weighted_share": args.weighted_share,
                           "defaults": dict(PURPOSE_STRATEGY), "default_purpose": DEFAULT_PURPOSE,
                           "members": args.members, "config": config.model_dump(), "costs": cost_note,
                           "curve": curve, "curve_by_group": by_group, "targets": targets, "runs": runs,

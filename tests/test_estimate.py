@@ -3,8 +3,10 @@
 against the space's own error."""
 
 import numpy as np
+import pytest
 
-from jeirt_ray.model.estimate import combine, corrections, random_draws, sample_order
+from jeirt_ray.model.estimate import (combine, corrections, draw_probabilities, next_in_order, random_draws,
+                                      sample_order)
 
 
 def test_a_stratified_order_is_proportional_at_every_prefix():
@@ -72,7 +74,7 @@ def test_too_few_random_answers_make_no_correction_and_groups_get_their_own():
     out = corrections(resid, p, groups, np.array(["a"] * 300 + ["b"] * 700))
     assert set(out) == {"overall", "a", "b"}
     # post-stratified: b weighs 70% in the population although it has a quarter of the draws
-    assert out["overall"][0] == np.float64(0.3 * resid[:30].mean() + 0.7 * resid[30:].mean())
+    assert out["overall"][0] == pytest.approx(0.3 * resid[:30].mean() + 0.7 * resid[30:].mean(), rel=1e-12)
     est, samples, weight = combine(0.5, np.full(10, 0.5), None)
     assert (est, weight) == (0.5, 0.0) and (samples == 0.5).all()
 
@@ -126,3 +128,37 @@ def test_an_interval_is_never_narrower_than_what_its_answers_allow_without_a_pri
         widths[n] = out["high"] - out["low"]
         assert widths[n] >= 0.95 * 2 * 1.645 * level_sd, (n, widths[n], level_sd)
     assert 0.4 < widths[120] / widths[30] < 0.6, widths
+
+
+def test_a_weighted_order_corrects_without_bias_and_with_less_noise_where_answers_are_foregone():
+    """Questions most LLMs answer right (80%) beside hard ones, and a new LLM the space puts a
+    level too low: 60 draws weighted by the known LLMs' answer spread (draw_probabilities) and
+    weighted back (Hajek) correct the space's error without bias and with a smaller error than
+    60 uniform draws (300 LLMs)."""
+    rng = np.random.default_rng(2)
+    n_q, asked = 3000, 60
+    known_logit = np.where(rng.random(n_q) < 0.8, rng.normal(5.0, 0.5, n_q), rng.normal(0.0, 1.0, n_q))
+    probs = draw_probabilities(1 / (1 + np.exp(-known_logit[:, None] + np.array([[-0.5, 0.0, 0.5]]))))
+    assert probs.sum() == pytest.approx(1.0) and probs.min() >= 0.5 / n_q - 1e-12  # the uniform half bounds every weight
+    groups = np.zeros(n_q, dtype=int)
+    signed = {"uniform": [], "weighted": []}
+    for rep in range(300):
+        level = rng.normal(0.5, 0.5)
+        p_true = 1 / (1 + np.exp(-(known_logit + level + rng.normal(0, 0.5, n_q))))
+        p_model = 1 / (1 + np.exp(-known_logit))
+        y = (rng.random(n_q) < p_true).astype(float)
+        truth = (y - p_model).mean()
+        uniform = rng.choice(n_q, asked, replace=False)
+        signed["uniform"].append(corrections(y[uniform] - p_model[uniform], p_model[uniform], None, None)["overall"][0] - truth)
+        draws = sample_order(groups, seed=rep, probabilities=probs)[:asked]
+        fix = corrections(y[draws] - p_model[draws], p_model[draws], None, None, weights=1 / probs[draws])["overall"]
+        signed["weighted"].append(fix[0] - truth)
+    err = {k: np.array(v) for k, v in signed.items()}
+    se = err["weighted"].std() / np.sqrt(len(err["weighted"]))
+    assert abs(err["weighted"].mean()) < 3 * se  # no bias beyond noise
+    assert np.abs(err["weighted"]).mean() < 0.9 * np.abs(err["uniform"]).mean(), \
+        {k: float(np.abs(v).mean()) for k, v in err.items()}
+    # a weighted order repeats items; the next ones to ask are each taken once
+    order = np.array([3, 1, 3, 0, 1, 2])
+    free = np.array([True, True, True, False])
+    assert next_in_order(order, free, 3).tolist() == [1, 0, 2]

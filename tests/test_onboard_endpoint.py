@@ -187,6 +187,12 @@ def test_each_strategy_takes_its_random_share_from_one_seeded_order_which_carrie
     assert p["random_answers"] >= 40 and 0 < p["correction_weight"] < 1 and p["accuracy"] != p["model_accuracy"]
     off_order = plan(space, LLM, {q: labels[q] for q in order[1:41]}, 0).predicted["overall"]
     assert off_order["random_answers"] == 0 and off_order["correction_weight"] == 0
+    # `weighted` draws its own order (items repeat in it; each is asked once), whose answered
+    # prefix is its draws (a repeat counts again, as its probability says)
+    weighted = [q["question_id"] for q in plan(space, LLM, {}, 40, strategy="weighted").questions]
+    assert len(set(weighted)) == 40 and weighted[:10] != order[:10]
+    p = plan(space, LLM, {q: labels[q] for q in weighted}, 0, strategy="weighted").predicted["overall"]
+    assert p["random_answers"] >= 40 and 0 < p["correction_weight"] < 1
     for purpose, strategy in PURPOSE_STRATEGY.items():
         got = plan(space, LLM, {}, 10, purpose=purpose).questions
         assert sum(q["gain"] is None for q in got) == round(10 * random_share(strategy, 0)), purpose

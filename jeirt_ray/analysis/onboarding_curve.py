@@ -14,6 +14,7 @@ import numpy as np
 
 from ..experiments.prepare import Prepared
 from ..model.adaptive import LEVEL_FLOOR
+from ..model.estimate import WEIGHTED_SHARE
 from ..model.metrics import binary_metrics
 from ..model.onboarding import onboard
 from ..model.onboarding_defaults import MIXED_ADAPTIVE_FIRST, STRATEGIES, STRATEGY_SHARE, random_share
@@ -113,7 +114,8 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
                    evaluate: str = "test", target: str = "accuracy",
                    strategies: tuple[str, ...] = STRATEGIES,
                    adaptive_first: int = MIXED_ADAPTIVE_FIRST,
-                   estimate_prior_scale: float = 1.0, level_floor: float = LEVEL_FLOOR) -> list[dict]:
+                   estimate_prior_scale: float = 1.0, level_floor: float = LEVEL_FLOOR,
+                   weighted_share: float = WEIGHTED_SHARE) -> list[dict]:
     """Per held-out LLM (absent from `blind`, present in `joint`), strategy and response count
     N: the LLM fitted into `blind` from N of its training-split answers, asked in batches of
     ADAPTIVE_BATCH (the vector refitted between batches, from no answer), a share of each batch
@@ -146,14 +148,15 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     `estimate_prior_scale` (tried on validation, not kept: docs/results/benchmarks.md) fits the
     accuracy estimate's vector under the prior widened that many times (1: the plain prior, as
     `jeirt onboard` fits it); routing and the adaptive questions keep the plain prior.
-    `level_floor`: the intervals' floor (model/adaptive.py accuracy_intervals).
+    `level_floor`: the intervals' floor (model/adaptive.py accuracy_intervals). `weighted_share`:
+    the `weighted` strategy's (model/estimate.py draw_probabilities).
 
     The adaptive reference set is every training-split question: the test split is not read for
     any choice. `evaluate="val"` scores on the validation split instead (for choosing a setting,
     such as the selection's `target`, model/adaptive.py)."""
     from ..model.adaptive import (MAX_CANDIDATES, REFERENCE_SAMPLE, accuracy_intervals, belief, select,
                                   stratified_sample)
-    from ..model.estimate import corrections, crossfit_residuals, random_draws, sample_order
+    from ..model.estimate import corrections, crossfit_residuals, draw_probabilities, next_in_order, random_draws, sample_order
     from ..model.onboarding import directions, member_priors
     from ..routing.outcomes import available_argmax
 
@@ -214,9 +217,10 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
         row["answer_variance"] = float((p_full * (1 - p_full)).mean())
         priors = member_priors(blind, name, prior, exclude=heldout, scale=estimate_prior_scale)
 
-        def score(fits, asked_at: np.ndarray, order: np.ndarray) -> dict:
+        def score(fits, asked_at: np.ndarray, order: np.ndarray, probs: np.ndarray | None) -> dict:
             """The figures after answers `asked_at` (positions in pool), the random draws among
-            them being the answered prefix of `order` (model/estimate.py)."""
+            them being the answered prefix of `order` (model/estimate.py), drawn with `probs`
+            (None: uniformly)."""
             p_new = np.mean([1 / (1 + np.exp(-(u @ f.theta - n))) for (u, n), f in zip(test_dirs, fits)], axis=0)
             labels_asked = data.labels[pool[asked_at]].astype(np.float64)
             if estimate_prior_scale != 1:  # the estimate's own fit, as model.adaptive.plan makes it
@@ -230,7 +234,8 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
             resid, p_draws = crossfit_residuals([(u[asked_at], n[asked_at]) for u, n in pool_dirs], labels_asked,
                                                 priors, at, seed=seed)
             draw_bench = data.benchmarks[data.q_idx[pool[draws]]]
-            fixes = corrections(resid, p_draws, draw_bench, pop_bench)
+            weights = None if probs is None else 1 / probs[draws]
+            fixes = corrections(resid, p_draws, draw_bench, pop_bench, weights)
             error = {"overall": space_sd, "groups": space_sds}
             observed = (pool_at[asked_at], labels_asked)
             est = accuracy_intervals(pop_dirs, fits, pop_bench, seed=seed, sample=pop_sample, error=error,
@@ -240,7 +245,7 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
             # the test split's accuracy alone: questions the space never trained on, none of them asked
             test = accuracy_intervals([(u[seen], n[seen]) for u, n in test_dirs], fits, seed=seed,
                                       error={"overall": space_sd},
-                                      corrections=corrections(resid, p_draws, draw_bench, test_bench))["overall"]
+                                      corrections=corrections(resid, p_draws, draw_bench, test_bench, weights))["overall"]
             overall = est["overall"]
             truth_of = {b: float(pop_truth[pop_bench == b].mean()) for b in est if b != "overall"}
             choice = available_argmax(np.column_stack([p_blind, p_new]), avail)
@@ -262,11 +267,15 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
             return None if question_cost is None else float(question_cost[data.q_idx[rows_asked], m].sum())
 
         pool_bench = data.benchmarks[data.q_idx[pool]]
+        # as model.adaptive.plan: the known LLMs' answers on the pool say where a weighted order draws
+        pool_probs = draw_probabilities(blind.predict_proba(prep.X[data.q_idx[pool]])[
+            :, [blind.model_names.index(n) for n in known]], weighted_share) if "weighted" in strategies else None
         for how in strategies:
             repeats = RANDOM_REPEATS if STRATEGY_SHARE[how] == 1 else 1
             runs: dict[str, list[dict]] = {}
             for r in range(repeats):
-                order = sample_order(pool_bench, seed * 1000 + r, stratified=how == "stratified")
+                probs = pool_probs if how == "weighted" else None
+                order = sample_order(pool_bench, seed * 1000 + r, stratified=how == "stratified", probabilities=probs)
                 pick_rng = np.random.default_rng((seed, m, r))  # the same candidates for every strategy
                 asked: list[int] = []  # positions in pool
                 free = np.ones(len(pool), dtype=bool)
@@ -274,7 +283,7 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
                 while len(asked) < min(top, len(pool)):
                     k = min(ADAPTIVE_BATCH, top - len(asked))
                     share = random_share(how, len(asked), adaptive_first)
-                    picked = [int(p) for p in order[free[order]][:int(round(k * share))]]  # the random share
+                    picked = next_in_order(order, free, int(round(k * share))).tolist()  # the random share
                     free[picked] = False
                     if len(picked) < k:
                         cand = np.flatnonzero(free)
@@ -291,7 +300,7 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
                                       exclude=heldout)
                     if len(asked) in responses:
                         runs.setdefault(str(len(asked)), []).append(
-                            {**score(fits, np.array(asked), order), "cost_usd": cost(pool[asked])})
+                            {**score(fits, np.array(asked), order, probs), "cost_usd": cost(pool[asked])})
             row[how] = {n_resp: _mean_runs(v) for n_resp, v in runs.items()}
         rows.append(row)
     return rows
@@ -423,7 +432,8 @@ def plot_response_curve(curve: dict, path, plt, title: str = "") -> None:
     """Two panels over N: points below joint training (routing accuracy) and the accuracy MAE."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     ns = [int(k) for k in curve]
-    for how, style in (("adaptive", "s-"), ("mixed", "^-"), ("random", "o--"), ("stratified", "v--")):
+    for how, style in (("adaptive", "s-"), ("mixed", "^-"), ("random", "o--"), ("stratified", "v--"),
+                       ("weighted", "d--")):
         if not any(how in c for c in curve.values()):
             continue
         for ax, metric in zip(axes, ("gap_to_joint", "accuracy_mae")):

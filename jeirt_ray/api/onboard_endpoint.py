@@ -89,7 +89,8 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
     (default: a fifth of `max_answers`, at least 5). `purpose`: what the answers are for,
     "route", "estimate" (the accuracy) or "both"; it picks how the questions are chosen, unless
     `strategy` names one ("adaptive": those that tell most; "random", "stratified": a seeded
-    random order, by benchmark; "mixed": some of each; model/onboarding_defaults.py). With
+    random order, by benchmark; "weighted": random, more often where the known LLMs are unsure;
+    "mixed": some of each; model/onboarding_defaults.py). With
     `price_usd_per_mtok` (the new LLM's input and output prices),
     questions are chosen per dollar of their estimated cost, and `max_usd` caps that estimate over
     the run. `budget`, `adaptive` and `budget_usd` are the old names of `max_answers`, `strategy`

@@ -27,7 +27,8 @@ PurposeOpt = typer.Option(DEFAULT_PURPOSE, "--purpose", help="what the answers a
                           "accuracy) or both; picks --strategy")
 StrategyOpt = typer.Option(None, "--strategy", help="how questions are chosen (default: the --purpose's): adaptive "
                            "(those that tell most about the LLM), random or stratified (a seeded random order, "
-                           "stratified by benchmark), mixed (some of each)")
+                           "stratified by benchmark), weighted (random, more often where the known LLMs are unsure), "
+                           "mixed (some of each)")
 OldStrategyOpt = typer.Option(None, "--adaptive/--random", hidden=True, help="old spelling of --strategy")
 PriceInOpt = typer.Option(None, min=0, help="the new LLM's USD per million input tokens (with --price-out)")
 PriceOutOpt = typer.Option(None, min=0, help="its USD per million output tokens (with --price-in)")

@@ -292,14 +292,14 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     answered questions as answered, corrected by the answers to questions drawn at random).
     `strategy` (onboarding_defaults.random_share): the share of each batch taken in a random
     order seeded by `order_seed` (fixed for one onboarding; `stratified`: spread over the
-    benchmarks), the rest `select`ed adaptively; none: the one `purpose` ("route", "estimate" or
+    benchmarks; `weighted`: drawn more often where the space's other LLMs are unsure), the rest `select`ed adaptively; none: the one `purpose` ("route", "estimate" or
     "both") picks. `benchmarks`: ask and predict only within these; `allowed`: ask only these
     question ids (e.g. those an answer key can grade); `costs` (question id -> USD of asking it)
     with `max_usd`: spend at most that on the questions planned. The intervals include the
     space's own error where its metadata records it (`accuracy_error`, space_error). `stop` says
     the vector's part of the overall interval is narrower than `target_width`: more answers would
     not narrow it much. `target`: what the adaptive questions aim to pin down (`select`)."""
-    from .estimate import corrections, crossfit_residuals, random_draws, sample_order
+    from .estimate import corrections, crossfit_residuals, draw_probabilities, next_in_order, random_draws, sample_order
     strategy = check_strategy(strategy, purpose)
     if space.question_embeddings is None or not space.question_ids:
         raise ValueError("this space stores no question embeddings: retrain it with this version of jeirt")
@@ -328,7 +328,11 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     is_done = np.zeros(len(ids), dtype=bool)
     is_done[done] = True
     askable = scope & (np.isin(ids, list(allowed)) if allowed is not None else True)
-    order = ref_rows[sample_order(bench[ref_rows], order_seed, stratified=strategy == "stratified")]
+    probs = None
+    if strategy == "weighted":  # the known LLMs' answers on the scope say where to draw
+        others = [j for j, m in enumerate(space.model_names) if m != name]
+        probs = draw_probabilities(space.predict_proba(x[ref_rows])[:, others])
+    order = ref_rows[sample_order(bench[ref_rows], order_seed, stratified=strategy == "stratified", probabilities=probs)]
     draws = random_draws(order, is_done, skip=~(askable | is_done))
     answer_of = {int(r): i for i, r in enumerate(done.tolist())}
     at = np.array([answer_of[int(r)] for r in draws], dtype=int)
@@ -336,7 +340,8 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     if len(draws):
         resid, p_draws = crossfit_residuals(directions(space, x[done]), labels, member_priors(space, name, prior),
                                             at, seed=seed)
-        fixes = corrections(resid, p_draws, bench[draws], bench[ref_rows])
+        weights = None if probs is None else 1 / probs[np.searchsorted(ref_rows, draws)]
+        fixes = corrections(resid, p_draws, bench[draws], bench[ref_rows], weights)
     in_scope = scope[done]
     observed = (np.searchsorted(ref_rows, done[in_scope]), labels[in_scope])
     grouped = bench[ref_rows] if benchmarks or len(set(bench)) > 1 else None
@@ -357,7 +362,7 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     # the random share: the next askable questions of the order, while they fit in max_usd
     picked_rows, gains, spent = [], [], 0.0
     share = random_share(strategy, len(done))
-    for r in order[free[order]][:min(k, int(round(k * share)))]:
+    for r in next_in_order(order, free, min(k, int(round(k * share)))):
         c = row_cost.get(int(r), 0.0)
         if max_usd is not None and spent + c > max_usd:
             break

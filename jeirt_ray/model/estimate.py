@@ -12,6 +12,11 @@ idea of tinyBenchmarks' gp-IRT). Two details keep it honest:
   A strategy's random draws are the longest answered prefix of a seeded order of the questions
   (`sample_order`; `random_draws`): any prefix of a random order is a simple random sample, so
   their inclusion probabilities are equal and known, and no state beyond the answers is needed.
+- A `weighted` order draws the questions with probabilities of its own, known in advance
+  (`draw_probabilities`: in part in proportion to how uncertain a known LLM's answer is, so that
+  the draws land where residuals vary most, in part uniform, which bounds every weight): i.i.d.
+  draws with replacement, so any prefix is an i.i.d. sample with those probabilities, and each
+  residual is weighted by one over its probability (the Hansen-Hurwitz / Hajek estimator).
 - Each residual is taken from a fit that did not see that answer (cross-fitting in `FOLDS`
   folds): a vector fitted to an answer predicts it too well, which would shrink the correction.
 
@@ -29,12 +34,31 @@ from .onboarding import fit_row
 
 FOLDS = 10
 MIN_RANDOM = 8  # random answers (in a group) below which no correction is made
+WEIGHTED_SHARE = 0.5  # of a weighted draw's probability, the share that follows the answers' spread; the rest is uniform
+WEIGHTED_DRAWS = 4  # a weighted order's length, in items: long enough to reach most of them
 
 
-def sample_order(groups: np.ndarray, seed: int, stratified: bool = False) -> np.ndarray:
+def draw_probabilities(p_known: np.ndarray, share: float = WEIGHTED_SHARE) -> np.ndarray:
+    """Each item's probability in a weighted draw, from the known LLMs' P(correct) on it
+    (`p_known`: items x LLMs): `share` of it in proportion to sqrt(p (1 - p)), p the known LLMs'
+    mean (the spread of a known LLM's answer, which a residual's noise grows with: the optimal
+    design of the difference estimator), the rest uniform, so no weight exceeds 1 / (1 - share)
+    times the uniform's."""
+    p = np.clip(np.asarray(p_known, dtype=np.float64).mean(axis=1), 0.0, 1.0)
+    uniform = np.full(len(p), 1.0 / len(p))
+    spread = np.sqrt(p * (1 - p))
+    return (1 - share) * uniform + share * (spread / spread.sum() if spread.sum() > 0 else uniform)
+
+
+def sample_order(groups: np.ndarray, seed: int, stratified: bool = False,
+                 probabilities: np.ndarray | None = None) -> np.ndarray:
     """A seeded order of the items (indices). `stratified`: each group (label) spread evenly
-    along the order, in proportion to its size, so every prefix is a proportional stratified sample."""
+    along the order, in proportion to its size, so every prefix is a proportional stratified
+    sample. `probabilities`: i.i.d. draws with these probabilities (items repeat; WEIGHTED_DRAWS
+    times the items' number), so every prefix is an i.i.d. sample of them."""
     rng = np.random.default_rng(seed)
+    if probabilities is not None:
+        return rng.choice(len(groups), size=WEIGHTED_DRAWS * len(groups), p=probabilities)
     if not stratified:
         return rng.permutation(len(groups))
     groups = np.asarray(groups)
@@ -54,6 +78,14 @@ def random_draws(order: np.ndarray, answered: np.ndarray, skip: np.ndarray | Non
     missing = np.flatnonzero(blocking[order])
     prefix = order[: missing[0] if len(missing) else len(order)]
     return prefix[answered[prefix]]
+
+
+def next_in_order(order: np.ndarray, free: np.ndarray, k: int) -> np.ndarray:
+    """The first `k` items of `order` still `free` (a boolean mask), each once (a weighted order
+    repeats items)."""
+    ahead = order[free[order]]
+    _, first = np.unique(ahead, return_index=True)
+    return ahead[np.sort(first)][:k]
 
 
 def crossfit_residuals(dirs: list[tuple[np.ndarray, np.ndarray]], labels: np.ndarray, priors: list,
@@ -78,22 +110,25 @@ def crossfit_residuals(dirs: list[tuple[np.ndarray, np.ndarray]], labels: np.nda
 
 
 def corrections(residuals: np.ndarray, predictions: np.ndarray, groups: np.ndarray | None,
-                population_groups: np.ndarray | None) -> dict:
+                population_groups: np.ndarray | None, weights: np.ndarray | None = None) -> dict:
     """{"overall" | group: (mean residual, its variance)} from the random draws' residuals and
-    the predictions they were taken from (`groups`: their group labels). The variance of a
-    residual is taken as at least what the predictions themselves imply (the mean p(1 - p)): a
-    few draws of a strong LLM all answered right would otherwise claim no noise at all. Overall,
+    the predictions they were taken from (`groups`: their group labels; `weights`: one over each
+    draw's probability, for a weighted order: the Hajek mean). The variance of a residual is
+    taken as at least what the predictions themselves imply (their p(1 - p)): a few draws of a
+    strong LLM all answered right would otherwise claim no noise at all. Overall,
     post-stratified by the population's group shares when every group has at least 2 draws; a
     group (or overall) with fewer than MIN_RANDOM draws gets none."""
     out: dict[str, tuple[float, float]] = {}
+    w = np.ones(len(residuals)) if weights is None else np.asarray(weights, dtype=np.float64)
 
-    def spread(sel: np.ndarray) -> float:
+    def weighted(sel: np.ndarray) -> tuple[float, float]:
+        n, a = int(sel.sum()), w[sel] / w[sel].sum()
         r, p = residuals[sel], predictions[sel]
-        return max(float(r.var(ddof=1)), float((p * (1 - p)).mean()))
+        mean = float(a @ r)
+        return mean, max(float((a ** 2) @ (r - mean) ** 2) * n / (n - 1), float((a ** 2) @ (p * (1 - p))))
 
     def mean_var(sel: np.ndarray) -> tuple[float, float] | None:
-        n = int(sel.sum())
-        return (float(residuals[sel].mean()), spread(sel) / n) if n >= MIN_RANDOM else None
+        return weighted(sel) if sel.sum() >= MIN_RANDOM else None
 
     every = np.ones(len(residuals), dtype=bool)
     if groups is None or population_groups is None:
@@ -105,12 +140,10 @@ def corrections(residuals: np.ndarray, predictions: np.ndarray, groups: np.ndarr
             out[g] = mv
     if len(residuals) >= MIN_RANDOM:
         labels, sizes = np.unique(population_groups, return_counts=True)
-        counts = np.array([(groups == g).sum() for g in labels])
-        if (counts >= 2).all():
-            w = sizes / sizes.sum()
-            means = np.array([residuals[groups == g].mean() for g in labels])
-            vars_ = np.array([spread(groups == g) / c for g, c in zip(labels, counts)])
-            out["overall"] = (float(w @ means), float((w ** 2) @ vars_))
+        if all((groups == g).sum() >= 2 for g in labels):
+            share = sizes / sizes.sum()
+            parts = np.array([weighted(groups == g) for g in labels])
+            out["overall"] = (float(share @ parts[:, 0]), float((share ** 2) @ parts[:, 1]))
         else:
             out["overall"] = mean_var(every)
     return out

@@ -85,7 +85,8 @@ class PlanRequest(BaseModel):
                                                           "the strategy")
     strategy: Literal[STRATEGIES] | None = Field(
         None, description="how questions are chosen (default: the purpose's): adaptive (those that tell most), "
-        "random or stratified (a seeded random order, by benchmark), mixed (some of each)")
+        "random or stratified (a seeded random order, by benchmark), weighted (random, more often where the known "
+        "LLMs are unsure), mixed (some of each)")
     benchmarks: list[str] | None = Field(None, min_length=1, max_length=1000,
                                          description="ask and predict only within these benchmarks")
     target_width: float = Field(DEFAULT_TARGET_WIDTH, ge=0, le=1, description="stop once the vector's part of the 90% interval "
