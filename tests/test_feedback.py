@@ -375,3 +375,16 @@ def test_a_slow_challenger_in_shadow_holds_a_bounded_number_of_routes_and_counts
     assert shadow.counts == {"routed": MAX_PENDING, "failed": 0, "skipped": 30}
     shadow.close()
     recorder.log.close()
+
+
+def test_stores_opened_at_once_on_a_new_database_all_open(tmp_path):
+    """A replica opens the feedback database from two threads (its learner and its first
+    feedback request), and replicas open it together: creating the table at the same moment is
+    not an error (it was: "table jeirt_feedback already exists", a 500 on POST /v1/feedback)."""
+    import concurrent.futures
+    for attempt in range(5):
+        url = f"sqlite:///{tmp_path}/race{attempt}.db"
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            stores = list(pool.map(lambda _: FeedbackStore(url), range(8)))
+        assert stores[0].add(Grade(new_id(), 1.0, "key")) == "recorded"
+        assert all(s.count() == 1 for s in stores)

@@ -372,3 +372,20 @@ def test_a_failing_onboarder_or_registry_names_no_credentials(monkeypatch, caplo
         if server is not None:
             server.shutdown()
     assert "PLANTED" not in answer + caplog.text
+
+
+def test_replicas_opening_a_new_key_store_at_once_all_open(postgres_url):
+    """Replicas (here: stores of their own, from threads) making a new PostgreSQL database's
+    tables at the same moment: the one that loses the race sees the winner's tables, no error
+    (PostgreSQL's catalogue refuses the second CREATE TABLE; SQLite's stores take turns)."""
+    import sqlalchemy as sa
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    for attempt in range(3):
+        name = f"keys_race_{attempt}_{int(time.time() * 1000)}"
+        with admin.connect() as c:
+            c.exec_driver_sql(f"CREATE DATABASE {name}")
+        url = postgres_url.rsplit("/", 1)[0] + f"/{name}"
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            made = list(pool.map(lambda i: KeyStore(url).create(f"k{i}", "chat")[0].id, range(8)))
+        assert sorted(k.id for k in KeyStore(url).list()) == sorted(made)
+    admin.dispose()

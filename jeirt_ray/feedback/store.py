@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from ..core import paths
 from ..core.secrets import redact
+from ..core.sql import create_tables
 from ..routing import router
 
 FEEDBACK_URL_ENV = "JEIRT_FEEDBACK_URL"
@@ -78,7 +79,7 @@ class FeedbackStore:
             Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         try:
             self.engine = sa.create_engine(url, pool_pre_ping=True)
-            _meta.create_all(self.engine)
+            create_tables(_meta, self.engine)
             _add_new_columns(self.engine)
         except Exception as e:  # the URL may hold a password: never show it
             raise RuntimeError(f"the feedback database cannot be opened: {redact(str(e))[:300]}") from None

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 
 from ..core import paths
 from ..core.secrets import redact
+from ..core.sql import create_tables
 
 SCOPES = ("route", "chat", "feedback", "onboard", "explore", "admin")
 KEYS_URL_ENV = "JEIRT_KEYS_URL"
@@ -154,7 +155,7 @@ class KeyStore:
         if not self._ready:
             with self._lock:
                 if not self._ready:
-                    _meta.create_all(self.engine)
+                    create_tables(_meta, self.engine)
                     self._ready = True
         return self.engine.begin()
 
