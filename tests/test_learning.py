@@ -339,9 +339,17 @@ def test_jeirt_learn_promotes_only_what_held_out_grades_show_better(world, tmp_p
 
         few = FeedbackStore(f"sqlite:///{tmp_path / 'few.db'}")
         few.add(Grade(new_id(), 1.0, llm=space.model_names[0], encoder=space.encoder_id, embedding=prep.X[0]))
-        run = CliRunner().invoke(app, ["learn", "--space", "models:/fb/1", "--db",
+        run = CliRunner().invoke(app, ["learn", "--space", "models:/fb/1", "--since", "12h", "--db",
                                        f"sqlite:///{tmp_path / 'few.db'}"])
         assert run.exit_code == 2 and "1 usable grades" in run.output and "collect more feedback" in run.output
+        for since, message in ((["--since", "7x"], "--since takes a duration such as 7d"),
+                               (["--since", "0d"], "--since takes a duration"),
+                               (["--since", "7d", "--since-days", "3"], "not both")):
+            run = CliRunner().invoke(app, ["learn", "--space", "models:/fb/1", *since])
+            assert run.exit_code == 2 and message in run.output and "Traceback" not in run.output, run.output
+    from jeirt_ray.cli.feedback import days_since
+    assert [days_since(s, None, 7.0) for s in ("7d", "12h", "30m", "2w", "3", " 1.5 d")] == pytest.approx([7, 0.5, 30 / 1440, 14, 3, 1.5])
+    assert days_since(None, None, 7.0) == 7.0 and days_since(None, 2.0, 7.0) == 2.0
 
 
 def test_the_served_router_explores_with_any_policy_and_logs_each_choices_probability(world):

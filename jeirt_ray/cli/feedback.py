@@ -3,12 +3,36 @@ records them (checked against the decision log; once per decision and source).""
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import typer
 
 from ..core.secrets import redact
 from .output import console, expected_failures
+
+DAYS_PER = {"s": 1 / 86400, "m": 1 / 1440, "h": 1 / 24, "d": 1.0, "w": 7.0}
+OldSinceOpt = typer.Option(None, "--since-days", hidden=True, help="old spelling of --since, in days")
+
+
+def since_opt(what: str, default: str | None) -> typer.Option:
+    return typer.Option(None, "--since", help=f"{what} of the last 7d, 12h, 30m or 2w (a bare number: days; "
+                                              f"default: {default or 'all of it'})")
+
+
+def days_since(since: str | None, since_days: float | None, default: float | None) -> float | None:
+    """--since (a duration: 7d, 12h, 30m, 90s, 2w; a bare number is days) or its old spelling
+    --since-days, in days; `default` when neither is given."""
+    if since is not None and since_days is not None:
+        raise ValueError("give --since or its old spelling --since-days, not both")
+    if since_days is not None:
+        since = str(since_days)
+    if since is None:
+        return default
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", since)
+    if m is None or float(m[1]) <= 0:
+        raise ValueError(f"--since takes a duration such as 7d, 12h or 30m (a bare number: days), not {since!r}")
+    return float(m[1]) * DAYS_PER[m[2] or "d"]
 
 
 def feedback(path: str = typer.Argument(..., help="CSV, JSON lines or Parquet: columns id, score (0-1), and "
@@ -52,7 +76,7 @@ def grade(key: str = typer.Option(..., "--key", help="the answer key: question_i
                                                   "log_answers: text)"),
           db: Optional[str] = typer.Option(None, "--db", help="the feedback database (default JEIRT_FEEDBACK_URL, "
                                                               "else SQLite at $JEIRT_HOME/feedback.db)"),
-          since_days: Optional[float] = typer.Option(None, "--since-days", help="only the last N days of the log")):
+          since: Optional[str] = since_opt("only the log", None), since_days: Optional[float] = OldSinceOpt):
     """Grade the logged answers to a key's questions (feedback with source `key`, once per decision)."""
     from ..data.answer_key import AnswerKey
     from ..feedback.graders import grade_with_key
@@ -61,7 +85,8 @@ def grade(key: str = typer.Option(..., "--key", help="the answer key: question_i
         if (questions is None) == (data is None):
             raise ValueError("give one of --questions FILE or --data DIR: where the key's questions' texts are")
         answer_key = AnswerKey.read(key)
-        counts = grade_with_key(answer_key, _question_texts(questions, data), FeedbackStore(db), decisions, since_days)
+        counts = grade_with_key(answer_key, _question_texts(questions, data), FeedbackStore(db), decisions,
+                                days_since(since, since_days, None))
     console.print(f"{counts['recorded']} recorded, {counts['unchanged']} already recorded; not graded: "
                   f"{counts['not_in_key']} not in the key, {counts['no_text']} without texts in the log, "
                   f"{counts['no_answer']} unanswered, {counts['conflict']} graded before differently",
@@ -98,7 +123,7 @@ def judge(endpoint: str = typer.Option(..., "--endpoint", help="the judge's Open
           decisions: Optional[str] = typer.Option(None, "--decisions", help="the decision log (default "
                                                   "$JEIRT_HOME/decisions); it must keep texts"),
           db: Optional[str] = typer.Option(None, "--db", help="the feedback database"),
-          since_days: Optional[float] = typer.Option(None, "--since-days", help="only the last N days of the log")):
+          since: Optional[str] = since_opt("only the log", None), since_days: Optional[float] = OldSinceOpt):
     """Grade a share of the logged answers with an LLM judge (feedback with source `judge`)."""
     import os
     from pathlib import Path
@@ -117,7 +142,8 @@ def judge(endpoint: str = typer.Option(..., "--endpoint", help="the judge's Open
         text = Path(rubric).read_text(encoding="utf-8") if rubric else RUBRIC
         if "SCORE" not in text:
             raise ValueError(f"{rubric}: the rubric must ask for a last line 'SCORE: N' (N from 0 to 10)")
-        counts = judge_log(Endpoint(endpoint, model, key), FeedbackStore(db), decisions, share, text, since_days,
+        counts = judge_log(Endpoint(endpoint, model, key), FeedbackStore(db), decisions, share, text,
+                           days_since(since, since_days, None),
                            None if price_in is None else (price_in, price_out))
     usd = "" if counts["usd"] is None else f", {counts['usd']:.4f} USD"
     console.print(f"{counts['judged']} judged: {counts['recorded']} recorded, {counts['unparseable']} unparseable "
@@ -127,7 +153,7 @@ def judge(endpoint: str = typer.Option(..., "--endpoint", help="the judge's Open
 
 
 def learn(space: str = typer.Option(..., "--space", help="the champion, models:/NAME@champion"),
-          since_days: float = typer.Option(7.0, "--since-days", help="the grades of the last N days"),
+          since: Optional[str] = since_opt("the grades", "7d"), since_days: Optional[float] = OldSinceOpt,
           register: Optional[str] = typer.Option(None, "--register", help="register the challenger under this name "
                                                                           "(default: the space's)"),
           db: Optional[str] = typer.Option(None, "--db", help="the feedback database (default JEIRT_FEEDBACK_URL, "
@@ -136,7 +162,7 @@ def learn(space: str = typer.Option(..., "--space", help="the champion, models:/
     held-out grades show it better (else @challenger); the evidence is in the version's tags."""
     from ..api.learn import learn as learn_job
     with expected_failures(prefix="learn: "):
-        out = learn_job(space, since_days, register, db)
+        out = learn_job(space, days_since(since, since_days, 7.0), register, db)
     lo, hi = out["log_loss_gain_ci95"]
     verdict = "[green]promoted to @champion[/green]" if out["promoted"] else "[yellow]@challenger (not shown better)[/yellow]"
     console.print(f"{out['registered']}: learned {out['grades_learned']} grades, held out {out['grades_held_out']}; "
@@ -148,7 +174,8 @@ def shadow(decisions: Optional[str] = typer.Option(None, "--decisions", help="th
                                                    "$JEIRT_HOME/decisions); the shadow's is beside it, <log>-shadow"),
            db: Optional[str] = typer.Option(None, "--db", help="the feedback database (default JEIRT_FEEDBACK_URL, "
                                                                "else SQLite at $JEIRT_HOME/feedback.db)"),
-           since_days: float = typer.Option(7.0, "--since-days", help="the decisions and grades of the last N days"),
+           since: Optional[str] = since_opt("the decisions and grades", "7d"),
+           since_days: Optional[float] = OldSinceOpt,
            source: Optional[str] = typer.Option(None, "--source", help="only this source's grades (user, judge, "
                                                                        "key); default: a decision's grades averaged"),
            promote_to: Optional[str] = typer.Option(None, "--promote", help="move this alias (the one served, e.g. "
@@ -165,7 +192,7 @@ def shadow(decisions: Optional[str] = typer.Option(None, "--decisions", help="th
     with expected_failures(prefix="shadow: "):
         if source is not None and source not in SOURCES:
             raise ValueError(f"--source must be one of {', '.join(SOURCES)}, not {source!r}")
-        out = compare_shadow(decisions, db, since_days, source)
+        out = compare_shadow(decisions, db, days_since(since, since_days, 7.0), source)
         if promote_to is not None:
             out["promotion"] = promote(out, promote_to)
     if as_json:
