@@ -79,7 +79,7 @@ def ask(client: httpx.Client, url: str, text: str, candidates: list[str]) -> dic
     except httpx.HTTPError as e:
         return {"status": type(e).__name__}
     if r.status_code != 200:
-        return {"status": r.status_code}
+        return {"status": f"{r.status_code} {r.text[:200]}"}
     body = r.json()
     return {"status": 200, "id": body["id"], "llm": body["model"], "answer": body["choices"][0]["message"]["content"]}
 

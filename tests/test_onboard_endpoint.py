@@ -6,6 +6,7 @@ import gzip
 import json
 import time
 
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
@@ -522,3 +523,25 @@ def test_jeirt_replay_serves_recorded_answers_until_stopped(world, tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_replay_finds_a_question_with_blank_lines_alone_or_after_instructions(tmp_path):
+    """A question whose text holds a blank line (mmlu_pro's health has many) is replayed whether
+    it is sent alone (as a gateway relays a user's question) or after instructions (as onboarding
+    asks it); before, the message was cut at its first blank line and such a question was unknown."""
+    from jeirt_ray.api.endpoint import prompt_for
+    (tmp_path / "outputs").mkdir()
+    texts = {"q1": "A patient presents.\n\nWhich organ?\nA. heart\nB. liver", "q2": "Plain question?\nA. x\nB. y"}
+    pd.DataFrame({"question_id": list(texts), "text": list(texts.values())}).to_csv(tmp_path / "questions.csv",
+                                                                                    index=False)
+    with gzip.open(tmp_path / "outputs" / "m.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps({"question_id": q, "output": f"answer to {q}"}) + "\n" for q in texts)
+    with ReplayServer(tmp_path) as server:
+        for q, text in texts.items():
+            for message in (text, prompt_for("letter", text)):
+                r = httpx.post(f"{server.url}/chat/completions", timeout=10,
+                               json={"model": "m", "messages": [{"role": "user", "content": message}]})
+                assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == f"answer to {q}", r.text
+        r = httpx.post(f"{server.url}/chat/completions", timeout=10,
+                       json={"model": "m", "messages": [{"role": "user", "content": "Which organ?\nA. heart\nB. liver"}]})
+        assert r.status_code == 400 and "unknown question" in r.text

@@ -5,7 +5,8 @@ benchmark it): `ReplayServer(folder)` reads a
 dataset folder's `questions.*` and `outputs/<model>.jsonl.gz` (one `{"question_id", "output"}` a
 line: mmlu_pro's four recorded LLMs) and answers `POST /v1/chat/completions` for any of those
 models with the recorded output of the question whose text ends the user message (the prompt
-format of api/endpoint.py: instructions, a blank line, the question). It knows the question only
+format of api/endpoint.py: instructions, a blank line, the question; or the question alone, blank
+lines and all). It knows the question only
 from the text it is sent: of questions with the same text (mmlu_pro has 318 such), it replays the
 first one's output. A question without a recorded output gets an empty answer. Faults can be
 planted to test a client: `fail(status, times)` answers the next `times` requests with `status`,
@@ -101,7 +102,11 @@ class ReplayServer:
                     return self._send(400, {"error": {"message": "expected an OpenAI chat completion request"}})
                 if model not in replay.outputs:
                     return self._send(404, {"error": {"message": f"model {model!r} not found"}})
-                qid = replay.by_text.get(str(content).split("\n\n", 1)[-1].strip())
+                # the longest tail of the message, from a blank line on, that is a question's text (a
+                # question may hold blank lines itself; instructions may come before it)
+                parts = str(content).split("\n\n")
+                qid = next((q for i in range(len(parts))
+                            if (q := replay.by_text.get("\n\n".join(parts[i:]).strip())) is not None), None)
                 if qid is None:
                     return self._send(400, {"error": {"message": "unknown question"}})
                 if replay.delay_s:
