@@ -3,7 +3,9 @@ LLMs with recorded outputs replayed as upstreams (jeirt_ray/api/replay.py), a sp
 one category, and that category's questions sent as chat requests in random order; each answer
 graded by the answer key (with the extraction rule the LLM's run was graded by) and sent back as
 `POST /v1/feedback` (source `key`); the Router replicas learn from the feedback store
-(`user_config.learning`, the loop's defaults, chosen on validation by benchmarks/feedback_loop.py).
+(`user_config.learning`, the loop's defaults, chosen on validation by benchmarks/feedback_loop.py);
+at the end, `jeirt learn` (api/learn.py) turns the logged grades into a challenger and promotes it
+only when its held-out grades show it better.
 
     python benchmarks/gateway_loop.py [--data DIR] --out F.json [--categories engineering history]
         [--seeds 0] [--clients 2] [--max-queries N] [--train-questions N] [--encoder all-MiniLM-L6-v2]
@@ -20,7 +22,10 @@ JSON: `runs[]` (category, seed, queries, failed, graded, applied, static, loop, 
 loop_minus_static, loop_minus_static_ci95, loop_llm_share, static_llm_share, key_agrees_with_label,
 served_minus_static_p: per LLM, the served P(correct) after learning minus the space's own, mean over
 the stream's first PROBE questions; graded_minus_static_p: per LLM, its grades minus the space's P
-on the questions it answered, the way learning should move it; query_text_found, token_found, seconds), `mean`, `settings`.
+on the questions it answered, the way learning should move it; learn: what `jeirt learn` made of the logged grades (promoted,
+alias, grades_learned, grades_held_out, log_loss_gain and its 95% interval; or its error);
+query_text_found,
+token_found, seconds), `mean`, `settings`.
 """
 
 from __future__ import annotations
@@ -157,6 +162,14 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
             served.raise_for_status()
             p_served = np.array([[{s["model"]: s["p_correct"] for s in d["scores"]}[n] for n in names]
                                  for d in served.json()["results"]])
+            # `jeirt learn` on the logged traffic: a challenger, promoted only when its held-out grades show it better
+            from jeirt_ray.api.learn import learn
+            try:
+                learned = learn("models:/bench@champion", since_days=1.0, feedback_url=feedback_url)
+                learned = {k: learned[k] for k in ("promoted", "alias", "grades_learned", "grades_held_out",
+                                                   "log_loss_gain", "log_loss_gain_ci95")}
+            except ValueError as e:  # too few grades for a held-out comparison
+                learned = {"error": str(e)}
             import ray
             ray_logs = Path(ray._private.worker._global_node.get_logs_dir_path())  # as tests/test_serve_keys.py
             # any query's text (its first 60 characters), or the admin token, written anywhere
@@ -191,6 +204,7 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
             "key_agrees_with_label": float(np.mean(agree)) if agree else None,
             "served_minus_static_p": {n: float((p_served[:, k] - p_static[probe, k]).mean()) for n, k in col.items()},
             "graded_minus_static_p": graded_minus_static,
+            "learn": learned,
             "query_text_found": leaked, "token_found": token_found, "seconds": seconds}
 
 

@@ -1,7 +1,7 @@
 """`jeirt learn`: a challenger space learned from the feedback on logged decisions, registered,
 and promoted to `@champion` only when held-out logged traffic shows it better.
 
-    jeirt learn --space models:/NAME@champion --since-days 7 [--register NAME]
+    jeirt learn --space models:/NAME@champion --since 7d [--register NAME]
 
 The grades of the last `since_days` (the feedback store: each with the LLM graded and the
 query's encoder vector), read in chunks, are split by decision id: 80% learned, 20% held out
@@ -71,7 +71,7 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
         after = f" after feedback row {start} (what {space_uri} learned already)" if start else ""
         raise ValueError(f"{n_learn + n_held} usable grades since {since_days:g} days{after} ({n_rows - n_learn - n_held} "
                          f"of another encoder or LLM): {n_learn} to learn, {n_held} held out; at least {MIN_GRADES} of "
-                         f"each are needed: collect more feedback or widen --since-days")
+                         f"each are needed: collect more feedback or widen --since")
     challenger = state.learned_space()
     challenger.metadata["feedback_seq"] = int(last)
     x, llm, y = np.stack(held_x), np.array(held_llm), np.array(held_y)

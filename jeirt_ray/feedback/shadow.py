@@ -90,7 +90,7 @@ def promote(out: dict, alias: str = "champion", registry: SpaceRegistry | None =
     for side in ("served", "challenger"):
         if len(out[f"{side}_space"]) != 1:
             raise ValueError(f"the compared decisions name {len(out[f'{side}_space'])} {side} versions "
-                             f"({', '.join(out[f'{side}_space'])}): compare one pair, with a --since-days that starts "
+                             f"({', '.join(out[f'{side}_space'])}): compare one pair, with a --since that starts "
                              f"after the last promotion, or move the alias yourself with `jeirt registry promote`")
     (served,), (challenger,) = out["served_space"], out["challenger_space"]
     name, version = challenger.rsplit("/", 1)
