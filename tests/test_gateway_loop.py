@@ -32,4 +32,4 @@ def test_a_stream_through_the_gateway_is_answered_graded_and_learned_from(tmp_pa
     answered = {n: share for n, share in r["loop_llm_share"].items() if share >= 0.2}
     moved = [n for n in answered if abs(r["graded_minus_static_p"][n]) >= 0.05]
     assert all((r["served_minus_static_p"][n] > 0) == (r["graded_minus_static_p"][n] > 0) for n in moved), r
-    assert max(abs(v) for v in r["served_minus_static_p"].values()) > 0.005, r
+    assert max(abs(v) for v in r["served_minus_static_p"].values()) > 1e-3, r  # an LLM without grades: within 1e-7
