@@ -18,14 +18,14 @@ the paired 95% interval of their difference. Also counted: failed requests, grad
 applied by the replicas, and whether any query text reached the decision log, the feedback
 store, the registry or Ray's logs (`log_queries: embedding`, the default), and the admin token.
 
-JSON: `runs[]` (category, seed, queries, failed, graded, applied, static, loop, category_best,
-loop_minus_static, loop_minus_static_ci95, loop_llm_share, static_llm_share, key_agrees_with_label,
-served_minus_static_p: per LLM, the served P(correct) after learning minus the space's own, mean over
-the stream's first PROBE questions; graded_minus_static_p: per LLM, its grades minus the space's P
-on the questions it answered, the way learning should move it; learn: what `jeirt learn` made of the logged grades (promoted,
-alias, grades_learned, grades_held_out, log_loss_gain and its 95% interval; or its error);
-query_text_found,
-token_found, seconds), `mean`, `settings`.
+JSON: `runs[]` (category, seed, queries, failed, failures, feedback_status, graded, applied,
+static, loop, category_best, loop_minus_static, loop_minus_static_ci95, loop_llm_share,
+static_llm_share, key_agrees_with_label; served_minus_static_p: per LLM, the served P(correct)
+after learning minus the space's own, mean over the stream's first PROBE questions;
+graded_minus_static_p: per LLM, its grades minus the space's P on the questions it answered, the
+way learning should move it; learn: what `jeirt learn` made of the logged grades (promoted, alias,
+grades_learned, grades_held_out, log_loss_gain and its 95% interval; or its error);
+query_text_found, token_found, seconds), `mean`, `settings`.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.experiments.selection import fixed_config
 
-# the extraction rule each recorded LLM's run was graded by (tests/test_onboard_endpoint.py checks it)
 PROBE = 50  # questions of the stream whose served P(correct) is read back after learning
+# the extraction rule each recorded LLM's run was graded by (tests/test_onboard_endpoint.py checks it)
 KIND = {"Phi-3-mini-4k-instruct": "letter_strict", "DeepSeek-V2": "letter_strict",
         "gemini-1.5-flash-002": "letter", "Meta-Llama-3_1-70B-Instruct": "letter"}
 

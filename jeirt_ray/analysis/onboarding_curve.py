@@ -157,7 +157,7 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
     from ..model.adaptive import (MAX_CANDIDATES, REFERENCE_SAMPLE, accuracy_intervals, belief, select,
                                   stratified_sample)
     from ..model.estimate import corrections, crossfit_residuals, draw_probabilities, next_in_order, random_draws, sample_order
-    from ..model.onboarding import directions, member_priors
+    from ..model.onboarding import directions, known_proba, member_priors
     from ..routing.outcomes import available_argmax
 
     data = prep.data
@@ -268,8 +268,8 @@ def response_curve(prep: Prepared, joint: CoreSpace, blind: CoreSpace, heldout: 
 
         pool_bench = data.benchmarks[data.q_idx[pool]]
         # as model.adaptive.plan: the known LLMs' answers on the pool say where a weighted order draws
-        pool_probs = draw_probabilities(blind.predict_proba(prep.X[data.q_idx[pool]])[
-            :, [blind.model_names.index(n) for n in known]], weighted_share) if "weighted" in strategies else None
+        pool_probs = draw_probabilities(known_proba(blind, pool_dirs, [blind.model_names.index(n) for n in known]),
+                                        weighted_share) if "weighted" in strategies else None
         for how in strategies:
             repeats = RANDOM_REPEATS if STRATEGY_SHARE[how] == 1 else 1
             runs: dict[str, list[dict]] = {}

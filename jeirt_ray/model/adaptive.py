@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .onboarding import RowFit, directions, fit_row, member_priors
+from .onboarding import RowFit, directions, fit_row, known_proba, member_priors
 from .onboarding_defaults import DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH, check_strategy, random_share
 from .space import CoreSpace
 
@@ -331,7 +331,7 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     probs = None
     if strategy == "weighted":  # the known LLMs' answers on the scope say where to draw
         others = [j for j, m in enumerate(space.model_names) if m != name]
-        probs = draw_probabilities(space.predict_proba(x[ref_rows])[:, others])
+        probs = draw_probabilities(known_proba(space, reference, others))
     order = ref_rows[sample_order(bench[ref_rows], order_seed, stratified=strategy == "stratified", probabilities=probs)]
     draws = random_draws(order, is_done, skip=~(askable | is_done))
     answer_of = {int(r): i for i, r in enumerate(done.tolist())}

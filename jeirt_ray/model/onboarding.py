@@ -74,6 +74,14 @@ def directions(space: CoreSpace, x: np.ndarray) -> list[tuple[np.ndarray, np.nda
     return out
 
 
+def known_proba(space: CoreSpace, dirs: list[tuple[np.ndarray, np.ndarray]], models: list[int]) -> np.ndarray:
+    """(questions, len(models)) P(correct) of the space's LLMs `models` (indices), averaged over
+    members, from the questions' `directions`: predict_proba without a second pass through the
+    adapter."""
+    return np.mean([1 / (1 + np.exp(-(u @ space.model_vectors(i)[models].T - n[:, None])))
+                    for i, (u, n) in enumerate(dirs)], axis=0)
+
+
 def isotropic_prior(table: np.ndarray) -> tuple[np.ndarray, float]:
     """The known LLMs' mean vector and their average per-coordinate variance (the earlier prior,
     kept as the baseline of benchmarks/onboarding.py --prior isotropic)."""
