@@ -325,6 +325,14 @@ def test_jeirt_learn_promotes_only_what_held_out_grades_show_better(world, tmp_p
         promoted = reg.load("models:/fb@champion")
         assert promoted.metadata["feedback_seq"] == store.count()  # replicas serving it start after these
         assert FeedbackLearner(promoted, store, space.encoder_id).poll() == 0
+        # so the version holds every grade, the held-out ones too (learned once judged): as near a
+        # replica that learned them all from the champion as the order of learning allows
+        assert out["held_out_learned_after"] == out["grades_held_out"] > 0
+        replica = FeedbackLearner(space, store, space.encoder_id)
+        assert replica.poll() == store.count()
+        everything = replica.state.learned_space().model_vectors()
+        moved = np.abs(everything - space.model_vectors()).max()
+        assert np.abs(promoted.model_vectors() - everything).max() < 0.05 * moved, moved
 
         url = f"sqlite:///{tmp_path / 'calibrated.db'}"
         store = FeedbackStore(url)

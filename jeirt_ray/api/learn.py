@@ -10,8 +10,10 @@ the champion with each LLM's vector moved by the learned grades (the replicas' o
 feedback/applied.py, in arrival order: the same vectors a replica would hold). On the held-out
 grades, each space predicts the graded LLM's P(correct): the challenger is promoted when its
 log-loss is lower with a paired 95% bootstrap interval above 0; otherwise it gets `@challenger`.
-The evidence is in the version's tags and metadata, and the version records the last feedback
-row it learned (`feedback_seq`), so replicas serving it apply only what came after. The off-policy
+Once judged, it learns the held-out grades it kept as well, and that is the version registered
+(`held_out_learned_after`), since replicas serving it apply only the feedback rows after the last
+one it read (`feedback_seq`): a grade it did not learn would never be learned. The evidence is in
+the version's tags and metadata. The off-policy
 value of each space's greedy choice on the held-out decisions (IPS with the logged propensities:
 1 where none was logged, or the grade is of another LLM than the one chosen) is reported beside it.
 """
@@ -69,11 +71,10 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
                 state.update(Outcomes(r["embedding"][None], [index[r["llm"]]], [r["score"]]))
     if min(n_learn, n_held) < MIN_GRADES:
         after = f" after feedback row {start} (what {space_uri} learned already)" if start else ""
-        raise ValueError(f"{n_learn + n_held} usable grades since {since_days:g} days{after} ({n_rows - n_learn - n_held} "
+        raise ValueError(f"{n_learn + n_held} usable grades in the last {since_days:g} day{'' if since_days == 1 else 's'}{after} ({n_rows - n_learn - n_held} "
                          f"of another encoder or LLM): {n_learn} to learn, {n_held} held out; at least {MIN_GRADES} of "
                          f"each are needed: collect more feedback or widen --since")
     challenger = state.learned_space()
-    challenger.metadata["feedback_seq"] = int(last)
     x, llm, y = np.stack(held_x), np.array(held_llm), np.array(held_y)
 
     p_champion, p_challenger = space.predict_proba(x), challenger.predict_proba(x)
@@ -85,12 +86,18 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
     for k, p in (("champion", p_champion), ("challenger", p_challenger)):
         e = evaluate_policy(llm, np.array(held_p), y, one_hot(p.argmax(1), p.shape[1]))
         value[k] = {"ips": e["ips"], "ips_ci95": e["ips_ci95"], "same_choice_as_logged": e["mean_weight"]}
+    # judged, the held-out grades are learned too (one at a time, in arrival order): replicas serving
+    # this version start after `feedback_seq`, so a grade it does not learn now is never learned
+    for i in range(len(y)):
+        state.update(Outcomes(x[i][None], [llm[i]], [y[i]]))
+    registered = state.learned_space()
+    registered.metadata["feedback_seq"] = int(last)
     evidence = {"champion": f"{champion.name}/{champion.version}", "grades_learned": n_learn, "grades_held_out": n_held,
-                "grades_compared": len(y),
+                "grades_compared": len(y), "held_out_learned_after": len(y),
                 "log_loss_gain": float(gain.mean()), "log_loss_gain_ci95": [float(v) for v in interval],
-                "greedy_value_ips": value, "since_days": since_days, "feedback_seq": challenger.metadata["feedback_seq"]}
-    challenger.metadata["learned_from_feedback"] = evidence
-    version = registry.register(challenger, name, metrics={"feedback_log_loss_gain": float(gain.mean())})
+                "greedy_value_ips": value, "since_days": since_days, "feedback_seq": int(last)}
+    registered.metadata["learned_from_feedback"] = evidence
+    version = registry.register(registered, name, metrics={"feedback_log_loss_gain": float(gain.mean())})
     alias = "champion" if better else "challenger"
     registry.promote(name, version, alias)
     registry.client.set_model_version_tag(name, str(version), "feedback_evidence", json.dumps(evidence)[:4000])
