@@ -39,9 +39,10 @@ from tests.upstream import Upstreams  # noqa: E402 (the test upstream, launched 
 
 
 async def first_bytes(url: str, texts: list[str], clients: int, requests: int, headers: dict | None = None,
-                      timings: list | None = None, keep_all: bool = False) -> dict:
-    """`requests` streamed chat completions from `clients` concurrent clients (after 20 to warm
-    up); the time to the first body byte of each, p50/p99 in ms (`keep_all`: and every time, s)."""
+                      timings: list | None = None, keep_all: bool = False, warmup: int = 20) -> dict:
+    """`requests` streamed chat completions from `clients` concurrent clients (after `warmup` to
+    warm up); the time to the first body byte of each, p50/p99 in ms, and the measured requests
+    per second (`keep_all`: and every time, s)."""
     import httpx
     seconds: list[float] = []
     failed = [0]
@@ -64,14 +65,17 @@ async def first_bytes(url: str, texts: list[str], clients: int, requests: int, h
                 pass
 
     async def worker(client, k):
-        for j in range(k, 20 + requests, clients):
-            await one(client, j, keep=j >= 20)
+        for j in range(k, warmup + requests, clients):
+            if j == warmup:
+                began.append(time.perf_counter())
+            await one(client, j, keep=j >= warmup)
 
+    began: list[float] = []  # when the first measured request started
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=clients)) as client:
         await worker(client, 0) if clients == 1 else await asyncio.gather(*(worker(client, k) for k in range(clients)))
     ms = np.asarray(seconds) * 1000
     out = {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "n": len(seconds),
-           "failed": failed[0]}
+           "failed": failed[0], "rps": len(seconds) / (time.perf_counter() - began[0])}
     return {**out, "seconds": seconds} if keep_all else out
 
 
@@ -100,15 +104,15 @@ def empty_deployment():
     return Empty.bind()
 
 
-def set_router(home, url: str, section: str, **settings) -> None:
-    """Change the Router's user_config[section] in place (reconfigure, no restart)."""
+def set_router(home, url: str, section: str | None, **settings) -> None:
+    """Change the Router's user_config[section] (None: its top level) in place (reconfigure, no restart)."""
     import yaml
 
     from jeirt_ray.serving.deploy import deploy, load_config
     path = home / "serve.yaml"
     raw = yaml.safe_load(path.read_text())
     router = next(d for d in raw["applications"][0]["deployments"] if d["name"] == "Router")
-    router["user_config"].setdefault(section, {}).update(settings)
+    (router["user_config"] if section is None else router["user_config"].setdefault(section, {})).update(settings)
     path.write_text(yaml.safe_dump(raw))
     deploy(load_config(path, model="bench", port=int(url.rsplit(":", 1)[1])))
     time.sleep(3)  # the reconfigure reaches the replica

@@ -97,6 +97,17 @@ def test_serve_config_unknown_keys_and_bad_values():
     del raw["applications"][0]["args"]["encoder_thread"]
     assert check_serve_config(raw) == [
         "application 'jeirt' deployment Router user_config.upstream: Extra inputs are not permitted"]
+    del raw["applications"][0]["deployments"][0]["user_config"]["upstream"]
+    raw["applications"][0]["deployments"][0]["user_config"]["encoder_batch_wait_s"] = 5
+    assert check_serve_config(raw) == ["application 'jeirt' deployment Router user_config.encoder_batch_wait_s: "
+                                       "Input should be less than or equal to 1"]
+    raw = yaml.safe_load((ROOT / "deployments" / "production.yaml").read_text())
+    encoder = next(d for d in raw["applications"][0]["deployments"] if d["name"] == "Encoder")
+    encoder["user_config"] = {"batch_wait_s": 0.005}
+    assert check_serve_config(raw) == []
+    encoder["user_config"] = {"batch_wait": 0.005}
+    assert check_serve_config(raw) == [
+        "application 'jeirt' deployment Encoder user_config.batch_wait: Extra inputs are not permitted"]
 
 
 def test_ray_versions_agree_and_a_mismatch_is_caught(tmp_path):

@@ -122,6 +122,7 @@ class Router:
     def reconfigure(self, user_config: dict) -> None:
         """Serve's live settings (typed: settings.RouterConfig; an unknown key fails the update)."""
         self.live.configure(RouterConfig(**user_config))
+        self._encode_inline.set_batch_wait_timeout_s(self.live.config.encoder_batch_wait_s)
         gw = self.live.config.gateway
         if self.conversations is None or (self.conversations.size, self.conversations.ttl_s) != (gw.sticky_max,
                                                                                                  gw.sticky_ttl_s):

@@ -12,7 +12,7 @@ from ..encoders import make_encoder
 from .metrics import make_metrics
 from .onboarding import OnboardingService
 from .schemas import OnboardRequest
-from .settings import OnboarderConfig
+from .settings import EncoderConfig, OnboarderConfig
 
 
 class ThreadedEncoder:
@@ -46,6 +46,9 @@ class Encoder:
         redact_logs("jeirt", "ray.serve", "mlflow")  # every replica, not only the Router: a tracking URI may carry credentials
         self.encoder = ThreadedEncoder(encoder, threads, tracking_uri)
         self.metrics = make_metrics()
+
+    def reconfigure(self, user_config: dict) -> None:
+        self.encode.set_batch_wait_timeout_s(EncoderConfig(**user_config).batch_wait_s)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)  # no waiting alone; batches form under load
     async def encode(self, texts: list[str]) -> list[np.ndarray]:

@@ -153,6 +153,10 @@ class RouterConfig(BaseModel):
                           "output_usd_per_mtok}}; default: the prices stored with the space. Enables the cost "
                           "policies")
     refresh_s: float = Field(5.0, gt=0, description="how often the alias is re-resolved")
+    encoder_batch_wait_s: float = Field(
+        0.0, ge=0, le=1, description="with the encoder inside the Router (encoder_placement: router): how long a "
+                                     "query waits for others to share its encoder call; 0 batches only the queries "
+                                     "that queued while the encoder was busy (benchmarks/batch_wait.py)")
     upstreams: dict[str, str | Upstream] | None = Field(
         None, description="{LLM: OpenAI-compatible base URL, or an Upstream} for /v1/chat/completions")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
@@ -195,7 +199,15 @@ class OnboarderConfig(BaseModel):
     alias: str = Field("champion", min_length=1, description="the alias a promoting onboarding moves")
 
 
-USER_CONFIGS = {"Router": RouterConfig, "Onboarder": OnboarderConfig}
+class EncoderConfig(BaseModel):
+    """The Encoder deployment's `user_config` (encoder_placement: deployment)."""
+
+    model_config = ConfigDict(extra="forbid")
+    batch_wait_s: float = Field(0.0, ge=0, le=1, description="how long a query waits for others to share its "
+                                                             "encoder call (as the Router's encoder_batch_wait_s)")
+
+
+USER_CONFIGS = {"Router": RouterConfig, "Onboarder": OnboarderConfig, "Encoder": EncoderConfig}
 
 
 def first_error(e: ValidationError, where: str) -> str:
@@ -217,10 +229,8 @@ def check_application(app) -> None:
     for d in app.deployments:
         schema = USER_CONFIGS.get(d.name)
         if schema is None:
-            if d.name != "Encoder":
-                raise ValueError(f"{where}: unknown deployment {d.name!r}; expected Router, Onboarder or Encoder")
-            continue
+            raise ValueError(f"{where}: unknown deployment {d.name!r}; expected Router, Onboarder or Encoder")
         try:
-            schema.model_validate(d.user_config or {})
+            schema.model_validate(d.user_config if isinstance(d.user_config, dict) else {})  # unset: Serve's DEFAULT
         except ValidationError as e:
             raise ValueError(first_error(e, f"{where} deployment {d.name} user_config")) from None
