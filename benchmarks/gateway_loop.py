@@ -9,6 +9,13 @@ only when its held-out grades show it better.
 
     python benchmarks/gateway_loop.py [--data DIR] --out F.json [--categories engineering history]
         [--seeds 0] [--clients 2] [--max-queries N] [--train-questions N] [--encoder all-MiniLM-L6-v2]
+        [--learn-at 0.5] [--replicas 1] [--explore 0.0] [--kill-replica-at 0.25]
+
+With `--kill-replica-at F`, one Router replica is SIGKILLed when that share of the stream has been
+sent, requests in flight (`killed`: when, how long Serve took to replace it, and decisions_lost:
+answered decisions the decision log does not hold). With `--learn-at 0.5`, `jeirt learn` runs on the first half's grades instead, and the second half
+is routed by whatever is `@champion` then: the promoted challenger (once the replicas serve it),
+or the champion still learning online.
 
 Every request asks for the highest P(correct) (`most_likely`) among the LLMs with a recorded answer
 to its question; the static router is the same space's choice without learning, on the same
@@ -18,13 +25,16 @@ the paired 95% interval of their difference. Also counted: failed requests, grad
 applied by the replicas, and whether any query text reached the decision log, the feedback
 store, the registry or Ray's logs (`log_queries: embedding`, the default), and the admin token.
 
-JSON: `runs[]` (category, seed, queries, failed, failures, feedback_status, graded, applied,
+JSON: `runs[]` (category, seed, queries, failed, failures, feedback_status, graded, narrowed (the
+share of queries on which fewer than the four LLMs had a recorded answer to choose from), applied,
 static, loop, category_best, loop_minus_static, loop_minus_static_ci95, loop_llm_share,
 static_llm_share, key_agrees_with_label; served_minus_static_p: per LLM, the served P(correct)
 after learning minus the space's own, mean over the stream's first PROBE questions;
 graded_minus_static_p: per LLM, its grades minus the space's P on the questions it answered, the
-way learning should move it; learn: what `jeirt learn` made of the logged grades (promoted, alias,
-grades_learned, grades_held_out, log_loss_gain and its 95% interval; or its error);
+way learning should move it; applied: the grades the serving version's learner applied (after a
+promotion, those after the challenger's `feedback_seq`); learn: what `jeirt learn` made of the
+logged grades (registered, promoted, alias, grades_learned, grades_held_out, log_loss_gain and its
+95% interval, and served_after_s: seconds until the replicas served a promoted version; or its error);
 query_text_found, token_found, seconds), `mean`, `settings`.
 """
 
@@ -35,6 +45,7 @@ import dataclasses
 import os
 import secrets
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -106,8 +117,54 @@ def found(roots: list[Path], needles: list[str]) -> int:
     return len(hits)
 
 
+def run_learn(feedback_url: str) -> dict:
+    """`jeirt learn` on the logged traffic: a challenger, promoted only when its held-out grades show it better."""
+    from jeirt_ray.api.learn import learn
+    try:
+        learned = learn("models:/bench@champion", since_days=1.0, feedback_url=feedback_url)
+    except ValueError as e:  # too few grades for a held-out comparison
+        return {"error": str(e)}
+    return {k: learned[k] for k in ("registered", "promoted", "alias", "grades_learned", "grades_held_out",
+                                    "log_loss_gain", "log_loss_gain_ci95")}
+
+
+def served_after(url: str, registered: str, timeout_s: float = 60.0) -> float:
+    """Seconds until a route is answered by `registered` (models:/NAME/VERSION): the replicas'
+    alias watch picks up the promotion (`refresh_s`)."""
+    start = time.monotonic()
+    label, in_a_row = registered.removeprefix("models:/"), 0
+    while time.monotonic() - start < timeout_s:
+        r = httpx.post(f"{url}/v1/route", json={"queries": ["which LLM?"]}, timeout=30)
+        in_a_row = in_a_row + 1 if r.status_code == 200 and r.json()["space"] == label else 0
+        if in_a_row == 8:  # every replica, as far as 8 answers in a row can tell
+            return time.monotonic() - start
+        time.sleep(0.25)
+    raise RuntimeError(f"{registered} was promoted but not served within {timeout_s:.0f} s")
+
+
+def kill_a_router(timeout_s: float = 120.0) -> dict:
+    """SIGKILL one Router replica (as tests/test_serve_app.py does) and wait for Serve to replace it:
+    {at_s: when, replaced_after_s}."""
+    import ray
+    from ray import serve
+    from ray.util.state import list_actors
+
+    def alive():
+        return {a.name for a in list_actors(filters=[("state", "=", "ALIVE")])
+                if a.class_name == "ServeReplica:jeirt:Router"}
+    before, start = alive(), time.monotonic()
+    ray.kill(ray.get_actor(sorted(before)[0], namespace="serve"), no_restart=True)
+    while time.monotonic() - start < timeout_s:
+        states = serve.status().applications["jeirt"].deployments["Router"].replica_states
+        if len(alive() - before) == 1 and states.get("RUNNING", 0) == len(before):
+            return {"at": time.time(), "replaced_after_s": time.monotonic() - start}
+        time.sleep(0.5)
+    return {"at": time.time(), "replaced_after_s": None}
+
+
 def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, clients: int, max_queries: int | None,
-            train_questions: int | None) -> dict:
+            train_questions: int | None, learn_at: float | None = None, replicas: int = 1, explore: float = 0.0,
+            kill_at: float | None = None) -> dict:
     data = sampled(data, category, train_questions, seed)
     prep = prepare(data, make_encoder(encoder_name), split=sim.held_out_split(data, [category], seed, (0.8, 0.1, 0.1)),
                    cache_root=paths.cache_dir(), progress=False)
@@ -131,28 +188,46 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
             router["user_config"].update(
                 upstreams={n: replay.url for n in names},
                 decisions={"path": str(home / "decisions"), "feedback_url": feedback_url, "flush_s": 0.5},
-                learning={"enabled": True, "poll_s": 1.0})
+                learning={"enabled": True, "poll_s": 1.0, "explore": explore})
+            router["num_replicas"] = replicas
         start = time.perf_counter()
         with service(home, encoder_name, 1, edit) as url:
             results: list[dict] = [{}] * len(rows)
+            kill_index = None if kill_at is None else int(kill_at * len(rows))
+            killed: dict = {}
 
             def one(i: int, client: httpx.Client) -> None:
+                if i == kill_index:  # from beside the stream, with requests in flight
+                    threading.Thread(target=lambda: killed.update(kill_a_router())).start()
                 has = [n for n, y in zip(names, labels[i]) if not np.isnan(y)]
                 got = ask(client, url, str(data.texts[rows[i]]), has)
                 if got["status"] == 200:
                     grade = keys[got["llm"]].grade(str(data.question_ids[rows[i]]), got["answer"]).label
                     got["grade"], got["feedback"] = grade, feedback(client, url, got["id"], grade)
                 results[i] = got
-            # `clients` requests in flight at a time, in stream order
-            with httpx.Client(timeout=120) as client, concurrent.futures.ThreadPoolExecutor(clients) as pool:
-                list(pool.map(lambda i: one(i, client), range(len(rows))))
+
+            def stream(indices) -> dict:
+                """Send `indices` (`clients` requests in flight at a time, in stream order), then wait until
+                every grade so far is applied; /health's details."""
+                with httpx.Client(timeout=120) as client, concurrent.futures.ThreadPoolExecutor(clients) as pool:
+                    list(pool.map(lambda i: one(i, client), indices))
+                graded = sum(r.get("feedback") == 200 for r in results)
+                deadline, in_a_row = time.monotonic() + 60, 0  # the replicas read the store every poll_s
+                while True:  # feedback rows are numbered from 1 in arrival order (`seq`)
+                    health = httpx.get(f"{url}/health", headers={"authorization": f"Bearer {token}"}, timeout=30).json()
+                    in_a_row = in_a_row + 1 if health["learning"]["seq"] >= graded else 0
+                    if in_a_row == 2 * replicas or time.monotonic() > deadline:  # every replica, as far as
+                        return health  # answers in a row can tell
+                    time.sleep(0.5)
+
+            cut = len(rows) if learn_at is None else int(learn_at * len(rows))
+            health, learned = stream(range(cut)), None
+            if cut < len(rows):  # `jeirt learn` now, and the rest of the stream routed by what is @champion then
+                learned = run_learn(feedback_url)
+                if learned.get("promoted"):
+                    learned["served_after_s"] = served_after(url, learned["registered"])
+                health = stream(range(cut, len(rows)))
             graded = sum(r.get("feedback") == 200 for r in results)
-            deadline = time.monotonic() + 60  # the replicas read the store every poll_s
-            while True:
-                health = httpx.get(f"{url}/health", headers={"authorization": f"Bearer {token}"}, timeout=30).json()
-                if health["learning"]["applied"] >= graded or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
             seconds = time.perf_counter() - start
             # what the replicas learned: the served P(correct) on the stream's first questions against the
             # space's own, per LLM
@@ -162,19 +237,17 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
             served.raise_for_status()
             p_served = np.array([[{s["model"]: s["p_correct"] for s in d["scores"]}[n] for n in names]
                                  for d in served.json()["results"]])
-            # `jeirt learn` on the logged traffic: a challenger, promoted only when its held-out grades show it better
-            from jeirt_ray.api.learn import learn
-            try:
-                learned = learn("models:/bench@champion", since_days=1.0, feedback_url=feedback_url)
-                learned = {k: learned[k] for k in ("promoted", "alias", "grades_learned", "grades_held_out",
-                                                   "log_loss_gain", "log_loss_gain_ci95")}
-            except ValueError as e:  # too few grades for a held-out comparison
-                learned = {"error": str(e)}
+            learned = learned or run_learn(feedback_url)  # at the end, unless done mid-stream
             import ray
             ray_logs = Path(ray._private.worker._global_node.get_logs_dir_path())  # as tests/test_serve_keys.py
             # any query's text (its first 60 characters), or the admin token, written anywhere
             leaked = found([home, ray_logs], [str(data.texts[r])[:60] for r in rows if len(str(data.texts[r])) >= 60])
             token_found = found([home, ray_logs], [token])
+
+        if kill_at is not None:  # what the decision log lost: answered decisions it does not hold
+            import pyarrow.parquet as pq
+            logged = set(pq.read_table(home / "decisions", columns=["id"]).column("id").to_pylist())
+            killed["decisions_lost"] = sum(r["status"] == 200 and r["id"] not in logged for r in results)
 
     ok = np.array([r["status"] == 200 for r in results])
     col = {n: k for k, n in enumerate(names)}
@@ -195,6 +268,7 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
             "feedback_status": {str(k): int(v) for k, v in zip(*np.unique([str(r["feedback"]) for r in results if "feedback" in r],
                                                                           return_counts=True))},
             "applied": int(health["learning"]["applied"]),
+            "narrowed": float(np.mean(np.isnan(labels).any(1))),
             "second_half": int(half.sum()), "static": float(static_y.mean()), "loop": float(loop_y.mean()),
             "category_best": float(np.nanmean(labels[half, best])), "category_best_llm": names[best],
             "loop_minus_static": float(loop_y.mean() - static_y.mean()),
@@ -204,7 +278,7 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
             "key_agrees_with_label": float(np.mean(agree)) if agree else None,
             "served_minus_static_p": {n: float((p_served[:, k] - p_static[probe, k]).mean()) for n, k in col.items()},
             "graded_minus_static_p": graded_minus_static,
-            "learn": learned,
+            "learn": learned, **({"killed": killed} if kill_at is not None else {}),
             "query_text_found": leaked, "token_found": token_found, "seconds": seconds}
 
 
@@ -216,7 +290,20 @@ def main():
     ap.add_argument("--max-queries", type=int, help="the first N of each category's stream (default: all)")
     ap.add_argument("--train-questions", type=int, help="train on at most N questions of the other categories "
                                                          "(default: all)")
+    ap.add_argument("--learn-at", type=float, help="run `jeirt learn` at this fraction of each stream (0.5: on the "
+                                                   "first half's grades) and route the rest with what is @champion then "
+                                                   "(default: at the end)")
+    ap.add_argument("--replicas", type=int, default=1, help="Router replicas, each learning from the feedback store")
+    ap.add_argument("--explore", type=float, default=0.0, help="share of queries the replicas decide by Thompson "
+                                                               "sampling from the learned posterior")
+    ap.add_argument("--kill-replica-at", type=float, help="SIGKILL one Router replica when this fraction of each "
+                                                          "stream has been sent (needs --replicas 2 or more)")
     args = ap.parse_args()
+    if args.kill_replica_at is not None and (args.replicas < 2 or not 0 <= args.kill_replica_at < 1):
+        raise SystemExit("--kill-replica-at: a fraction of the stream (0 to 1) with --replicas 2 or more, so that "
+                         "a replica is left to answer")
+    if args.learn_at is not None and not 0 < args.learn_at < 1:
+        raise SystemExit(f"--learn-at {args.learn_at}: a fraction of the stream, above 0 and below 1 (0.5: its first half)")
     folder = dataset_path(args.data, "mmlu_pro")
     if not (folder / "outputs").exists() or not (folder / "answers.csv.gz").exists():
         raise SystemExit(f"{folder}: needs recorded outputs (outputs/) and an answer key (answers.csv.gz) to replay")
@@ -229,7 +316,7 @@ def main():
     for seed in args.seeds:
         for category in (names.get(c, c) for c in args.categories):
             r = run_one(data, args.encoder, folder, category, seed, args.clients, args.max_queries,
-                        args.train_questions)
+                        args.train_questions, args.learn_at, args.replicas, args.explore, args.kill_replica_at)
             runs.append(r)
             print(f"{category:22s} seed {seed}: {r['queries']} queries, {r['failed']} failed, {r['graded']} graded, "
                   f"{r['applied']} applied; static {r['static']:.4f} loop {r['loop']:.4f} best {r['category_best']:.4f} "
@@ -237,6 +324,8 @@ def main():
     mean = {k: float(np.mean([r[k] for r in runs])) for k in ("static", "loop", "category_best", "loop_minus_static")}
     write_json(args.out, {"data": str(folder), "encoder": args.encoder, "clients": args.clients,
                           "settings": {"learning": "user_config.learning defaults", "policy": "most_likely",
+                                       "learn_at": args.learn_at, "replicas": args.replicas, "explore": args.explore,
+                                       "kill_replica_at": args.kill_replica_at,
                                        "max_queries": args.max_queries, "train_questions": args.train_questions},
                           "runs": runs, "mean": mean, "targets": {"loop_minus_static_second_half": 0.02, "failed": 0}})
 
