@@ -54,6 +54,8 @@ def main():
     ap.add_argument("--requests", type=int, default=120, help="measured requests per wait and client count")
     ap.add_argument("--blocks", type=int, default=3, help="blocks per wait and client count, in rotating order")
     args = ap.parse_args()
+    if any(not 0 <= w <= 1 for w in args.waits) or min(args.clients) < 1 or args.requests < args.blocks:
+        raise SystemExit("--waits are seconds from 0 to 1, --clients at least 1, --requests at least --blocks")
     if 0.0 not in args.waits:
         args.waits = [0.0, *args.waits]  # the no-wait baseline, measured in the same run
     data_dir = dataset_path(args.data, "mmlu_pro")

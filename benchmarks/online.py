@@ -59,7 +59,7 @@ def timing(space, prep, rows) -> dict:
     """Milliseconds: a batch of 100 outcomes learned; one query routed with and without exploration."""
     state = OnlineState(space, 0.05)
     rng = np.random.default_rng(0)
-    x = prep.X[rows[:100]]
+    x = prep.X[np.resize(rows, 100)]  # a short stream's queries repeated
     batch = Outcomes(x, rng.integers(0, len(state.names), 100), rng.integers(0, 2, 100))
     state.update(batch)  # warm
     t = time.perf_counter()
@@ -83,6 +83,7 @@ def region_timing(space, known_x, known_y, config, x) -> dict:
     query decided, and drawing the regions again (every `refit_every` outcomes)."""
     learner = sim.build_regions(space, known_x, known_y, config, 0.0, 0).learner
     learner.refit_every = 10 ** 9
+    x = x[np.resize(np.arange(len(x)), 100)]  # a short stream's queries repeated
     rng = np.random.default_rng(0)
     llm, y = rng.integers(0, len(space.model_names), 100), rng.integers(0, 2, 100)
     learner.update(x[:100], llm, y)  # warm
@@ -98,6 +99,12 @@ def region_timing(space, known_x, known_y, config, x) -> dict:
     learner._fit_regions()
     out["regions_refit_ms"] = (time.perf_counter() - t) * 1000
     return out
+
+
+def share(values) -> str:
+    """The mean of `values` to 4 places, or '-' where there is none."""
+    values = [v for v in values if v is not None]
+    return f"{np.mean(values):.4f}" if values else "-"
 
 
 def plot(result: dict, path: str) -> None:
@@ -136,17 +143,28 @@ def main():
     if args.budget_per_1k is not None and (not args.prices or args.budget_per_1k <= 0):
         ap.error("--budget-per-1k needs --prices and a budget above 0")
     data = load_data(dataset_path(args.data, "mmlu_pro"))
-    held, val_cat = sim.choose_categories(data, args.held_out, args.seed, args.held_out_categories)
+    try:
+        held, val_cat = sim.choose_categories(data, args.held_out, args.seed, args.held_out_categories)
+    except ValueError as e:
+        raise SystemExit(f"online.py: {e}")
+    if not args.held_out_categories and len(held) < args.held_out:
+        print(f"{data.name} has {len(set(data.benchmarks))} benchmarks: {len(held)} held out, not {args.held_out}, "
+              f"so that one is left to train on" + ("" if val_cat else " (validation: the seen categories' own)"),
+              flush=True)
     print(f"held out: {held}; validation category: {val_cat}", flush=True)
-    prep = prepare(data, make_encoder(args.encoder), split=sim.held_out_split(data, held + [val_cat], args.seed),
+    val_cats = [val_cat] if val_cat else []
+    prep = prepare(data, make_encoder(args.encoder), split=sim.held_out_split(data, held + val_cats, args.seed),
                    cache_root=paths.cache_dir(), progress=False)
     space = train_space(prep, fixed_config("jeirt"), members=args.members, seed=args.seed, progress=False)
-    cost_of = costs_of(space, prep, args.prices)
-    in_val_cat = data.benchmarks == val_cat
+    try:
+        cost_of = costs_of(space, prep, args.prices)
+    except ValueError as e:  # a price table that does not fit the dataset's LLMs
+        raise SystemExit(f"online.py: {e}")
+    in_val_cat = np.isin(data.benchmarks, val_cats)
     stream_rows = np.flatnonzero((prep.split.question_part == 2) & ~in_val_cat)
     val_rows = np.flatnonzero((prep.split.question_part == 1) | in_val_cat)
     test = sim.make_stream(prep, stream_rows, held, cost_of, args.seed, args.max_steps)
-    val = sim.make_stream(prep, val_rows, [val_cat], cost_of, args.seed, args.max_steps)
+    val = sim.make_stream(prep, val_rows, val_cats, cost_of, args.seed, args.max_steps)
     config, tried = sim.choose_config(space, val, prep.X[val.rows], 0.0, args.seed)
     print(f"chosen on validation: {config}", flush=True)
     known = np.flatnonzero(prep.split.question_part == 0)  # the training questions: where the space is on the map
@@ -164,8 +182,8 @@ def main():
         else:
             method = sim.build(m, space, config, 0.0, args.seed, args.full_share, args.epsilon)
         runs[m] = sim.run_method(method, test, x)
-        print(f"{m}: unseen {np.mean(runs[m]['correct'][test.unseen]):.4f} seen "
-              f"{np.mean(runs[m]['correct'][~test.unseen]):.4f}", flush=True)
+        print(f"{m}: unseen {share(runs[m]['correct'][test.unseen])} seen {share(runs[m]['correct'][~test.unseen])}",
+              flush=True)
     if args.budget_per_1k is not None:  # the pacer starts from the router's open-loop calibration, as jr.Learner's
         start = cost_of.router.budget_weight(args.budget_per_1k)
         gain, gains = sim.choose_pacer_gain(space, val, prep.X[val.rows], config, args.budget_per_1k, start, args.seed)
@@ -196,11 +214,13 @@ def main():
     write_json(args.out, result, quiet=True)
     f = result["final"]
     for m in sim.METHODS:
-        print(f"{m:15s} unseen {f[m]['unseen_accuracy_last_half']:.4f}  seen {f[m]['seen_accuracy_last_half']:.4f}  "
-              f"cost/1k {f[m]['cost_per_1k']:.4g}  exploration {f[m]['exploration_cost_share']:.3f}")
-    print(f"online - static, unseen last half: {f['online_minus_static_unseen']:+.4f} "
-          f"{f['online_minus_static_unseen_ci95']}; seen {f['online_minus_static_seen']:+.4f} "
-          f"{f['online_minus_static_seen_ci95']}; adoption {result['adoption']}; timing {result['timing']}")
+        print(f"{m:15s} unseen {share([f[m]['unseen_accuracy_last_half']])}  seen "
+              f"{share([f[m]['seen_accuracy_last_half']])}  cost/1k {f[m]['cost_per_1k']:.4g}  "
+              f"exploration {f[m]['exploration_cost_share']:.3f}")
+    diff = {part: "-" if f[f"online_minus_static_{part}"] is None else
+            f"{f[f'online_minus_static_{part}']:+.4f} {f[f'online_minus_static_{part}_ci95']}" for part in ("unseen", "seen")}
+    print(f"online - static, unseen last half: {diff['unseen']}; seen {diff['seen']}; adoption {result['adoption']}; "
+          f"timing {result['timing']}")
     if args.plot:
         plot(result, args.plot)
 

@@ -433,3 +433,26 @@ def test_an_llm_onboarded_from_few_answers_is_explored_more_than_a_trained_one(w
     q = state.sample_proba(x, 64, np.random.default_rng(0))
     wins = np.bincount(q.argmax(-1).ravel(), minlength=len(twin.model_names))
     assert wins[k] > 2 * wins[0], wins
+
+
+def test_the_simulation_keeps_a_benchmark_to_train_on_and_its_oracle_takes_the_best_grade():
+    """A dataset of one or two benchmarks (eq_bench, theoremqa) still runs: fewer held out, and no
+    validation category where none can be spared; the oracle reads graded labels (eq_bench's
+    scores in [0, 1]) as the best grade each question got, from its cheapest LLM."""
+    from types import SimpleNamespace
+
+    def data(*names):
+        return SimpleNamespace(name="d", benchmarks=np.array(list(names)))
+    assert sim.choose_categories(data("a", "a"), 3, 0) == ([], None)
+    held, val = sim.choose_categories(data("a", "b"), 3, 0)
+    assert len(held) == 1 and val is None
+    held, val = sim.choose_categories(data("a", "b", "c"), 3, 0)
+    assert len(held) == 1 and val not in held and val is not None
+    held, val = sim.choose_categories(data("a", "b", "c", "d", "e"), 3, 0)
+    assert len(held) == 3 and val not in held and val is not None
+    with pytest.raises(ValueError, match="holding out all of them leaves none to train on"):
+        sim.choose_categories(data("a", "b"), 1, 0, given=["a", "b"])
+    stream = sim.Stream(rows=np.arange(3), unseen=np.zeros(3, bool), category=np.array(["a"] * 3),
+                        labels=np.array([[0.6, 0.9, np.nan], [1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]),
+                        costs=np.array([[0.0, 1.0, 0.0], [3.0, 1.0, 2.0], [3.0, 1.0, 2.0]]))
+    assert sim.hindsight(stream)["oracle"]["chosen"].tolist() == [1, 2, 1]

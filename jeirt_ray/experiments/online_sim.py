@@ -70,22 +70,28 @@ def held_out_split(data, held: list[str], seed: int, fractions=(0.6, 0.1, 0.3)) 
     return Split("online_held_out", seed, part, info={"held_out_benchmarks": list(held)})
 
 
-def choose_categories(data, n_test: int, seed: int, given: list[str] | None = None) -> tuple[list[str], str]:
-    """(`n_test` held-out test categories, one held-out validation category), drawn by seed; with
-    `given`, those test categories and a validation category drawn from the others."""
+def choose_categories(data, n_test: int, seed: int, given: list[str] | None = None) -> tuple[list[str], str | None]:
+    """(held-out test categories, one held-out validation category), drawn by seed; with `given`,
+    those test categories and a validation category drawn from the others. A dataset with too few
+    benchmarks for that keeps at least one to train on: fewer test categories (none with one
+    benchmark: the stream is then the seen categories' new questions alone) and no validation
+    category with fewer than two left (validation then uses the seen categories' validation
+    questions alone)."""
     benches = sorted(set(data.benchmarks))
     if given:
         unknown = sorted(set(given) - set(benches))
         if unknown:
             raise ValueError(f"{data.name} has no benchmark {unknown[0]!r}: it has {', '.join(benches)}")
+        if len(set(given)) >= len(benches):
+            raise ValueError(f"{data.name} has {len(benches)} benchmarks: holding out all of them leaves none to "
+                             f"train on; name fewer")
         n_test = len(set(given))
-    if len(benches) < n_test + 2:
-        raise ValueError(f"{data.name} has {len(benches)} benchmarks: holding out {n_test} for the test and 1 for "
-                         f"validation leaves too few to train on")
+    else:
+        n_test = max(0, min(n_test, len(benches) - (2 if len(benches) >= 3 else 1)))
     order = np.random.default_rng(seed).permutation(benches)
-    if given:
-        return sorted(set(given)), str(next(b for b in order if b not in given))
-    return sorted(order[:n_test].tolist()), str(order[n_test])
+    held = sorted(set(given)) if given else sorted(order[:n_test].tolist())
+    rest = [str(b) for b in order if b not in held]
+    return held, (rest[0] if len(rest) >= 2 else None)
 
 
 def make_stream(prep: Prepared, rows: np.ndarray, held: list[str], cost_of, seed: int, limit: int | None) -> Stream:
@@ -247,10 +253,10 @@ def hindsight(stream: Stream) -> dict[str, dict]:
         rows = stream.category == stream.category[i]
         acc = np.nan_to_num(np.nanmean(stream.labels[rows], axis=0), nan=-1)
         cat_choice[i] = int(np.argmax(np.where(avail[i], acc, -np.inf)))
-    good = np.nan_to_num(stream.labels) >= 0.5
-    oracle = np.array([int(np.argmin(np.where(good[i] & avail[i], stream.costs[i], np.inf)))
-                       if (good[i] & avail[i]).any() else int(np.argmin(np.where(avail[i], stream.costs[i], np.inf)))
-                       for i in range(n)])
+    # the oracle: the best label each question got, from its cheapest LLM (with 0/1 labels: the
+    # cheapest correct one, else the cheapest; graded labels in [0, 1] make the best label count)
+    top = np.where(avail, stream.labels, -np.inf).max(1, keepdims=True)
+    oracle = np.where(avail & (stream.labels == top), stream.costs, np.inf).argmin(1)
     for name, ch in (("category_best", cat_choice), ("oracle", oracle)):
         out[name] = {"chosen": ch, "correct": stream.labels[np.arange(n), ch], "cost": stream.costs[np.arange(n), ch],
                      "extra": np.zeros(n), "seconds_per_step": 0.0}
@@ -297,9 +303,10 @@ def choose_on(stream: Stream, x: np.ndarray, grid: dict, make, defaults: dict) -
     for values in itertools.product(*grid.values()):
         config = dict(zip(grid, values))
         run = run_method(make(config), stream, x)
-        score = [float(np.mean(last_half(stream, run, stream.unseen))),
-                 float(np.mean(last_half(stream, run, ~stream.unseen)))]
-        tried.append({**config, "unseen": score[0], "seen": score[1], "score": float(np.mean(score))})
+        score = [_mean_or_none(last_half(stream, run, stream.unseen)),
+                 _mean_or_none(last_half(stream, run, ~stream.unseen))]
+        tried.append({**config, "unseen": score[0], "seen": score[1],
+                      "score": float(np.mean([v for v in score if v is not None]))})  # a part may be empty
     # ties (to 1 query in 1,000: a validation category without headroom tells the settings apart
     # little) go to `defaults` (the library's), then to the first in the grid
     best = max(tried, key=lambda t: (round(t["score"], 3), all(t[k] == defaults.get(k) for k in grid)))
@@ -413,10 +420,12 @@ def summarise(stream: Stream, runs: dict[str, dict], points: int = 20, window: i
                                                      - np.mean(last_half(stream, runs["static"], mask))) \
             if mask.any() else None
         final[f"online_minus_static_{part}_ci95"] = paired_ci(last_half(stream, runs["online"], mask),
-                                                              last_half(stream, runs["static"], mask))
+                                                              last_half(stream, runs["static"], mask)) \
+            if mask.any() else None
         if "online_regions" in runs:
             final[f"online_regions_minus_static_{part}_ci95"] = paired_ci(
-                last_half(stream, runs["online_regions"], mask), last_half(stream, runs["static"], mask))
+                last_half(stream, runs["online_regions"], mask), last_half(stream, runs["static"], mask)) \
+                if mask.any() else None
     return {"curve": curve, "final": final}
 
 
