@@ -14,6 +14,20 @@ import torch
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
+def _one_line(kind, error, tb):
+    """Bad input (a data file, a price table) ends a benchmark in one line that names it, not a
+    traceback; anything else is a bug and keeps its traceback."""
+    from jeirt_ray.data.errors import DataError
+    from jeirt_ray.routing.prices import PriceError
+    if isinstance(error, (DataError, PriceError)):
+        print(f"{Path(sys.argv[0]).name}: {error}", file=sys.stderr)
+    else:
+        sys.__excepthook__(kind, error, tb)
+
+
+sys.excepthook = _one_line
+
+
 def parser(doc: str, data: bool = True) -> argparse.ArgumentParser:
     """The options every benchmark takes: --data (unless data=False), --out, --encoder, --split-seed."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

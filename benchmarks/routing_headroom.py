@@ -22,6 +22,8 @@ def main():
     ap = parser(__doc__)
     args = ap.parse_args()
     data = load_data(dataset_path(args.data, "mmlu_pro"))
+    if len(set(data.benchmarks)) < 2:
+        raise SystemExit(f"{data.name} has one benchmark: nothing to hold out")
     L = data.label_matrix()
     rows = {}
     for bench in sorted(set(data.benchmarks)):
