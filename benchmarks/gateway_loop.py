@@ -13,9 +13,9 @@ only when its held-out grades show it better.
 
 With `--kill-replica-at F`, one Router replica is SIGKILLed when that share of the stream has been
 sent, requests in flight (`killed`: when, how long Serve took to replace it, and decisions_lost:
-answered decisions the decision log does not hold). With `--learn-at 0.5`, `jeirt learn` runs on the first half's grades instead, and the second half
-is routed by whatever is `@champion` then: the promoted challenger (once the replicas serve it),
-or the champion still learning online.
+answered decisions the decision log does not hold). With `--learn-at 0.5`, `jeirt learn` runs on
+the first half's grades instead, and the second half is routed by whatever is `@champion` then:
+the promoted challenger (once the replicas serve it), or the champion still learning online.
 
 Every request asks for the highest P(correct) (`most_likely`) among the LLMs with a recorded answer
 to its question; the static router is the same space's choice without learning, on the same
@@ -144,7 +144,7 @@ def served_after(url: str, registered: str, timeout_s: float = 60.0) -> float:
 
 def kill_a_router(timeout_s: float = 120.0) -> dict:
     """SIGKILL one Router replica (as tests/test_serve_app.py does) and wait for Serve to replace it:
-    {at_s: when, replaced_after_s}."""
+    {at: when it was killed (Unix time), replaced_after_s}."""
     import ray
     from ray import serve
     from ray.util.state import list_actors
@@ -152,14 +152,14 @@ def kill_a_router(timeout_s: float = 120.0) -> dict:
     def alive():
         return {a.name for a in list_actors(filters=[("state", "=", "ALIVE")])
                 if a.class_name == "ServeReplica:jeirt:Router"}
-    before, start = alive(), time.monotonic()
+    before, start, at = alive(), time.monotonic(), time.time()
     ray.kill(ray.get_actor(sorted(before)[0], namespace="serve"), no_restart=True)
     while time.monotonic() - start < timeout_s:
         states = serve.status().applications["jeirt"].deployments["Router"].replica_states
         if len(alive() - before) == 1 and states.get("RUNNING", 0) == len(before):
-            return {"at": time.time(), "replaced_after_s": time.monotonic() - start}
+            return {"at": at, "replaced_after_s": time.monotonic() - start}
         time.sleep(0.5)
-    return {"at": time.time(), "replaced_after_s": None}
+    return {"at": at, "replaced_after_s": None}
 
 
 def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, clients: int, max_queries: int | None,
@@ -195,10 +195,11 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
             results: list[dict] = [{}] * len(rows)
             kill_index = None if kill_at is None else int(kill_at * len(rows))
             killed: dict = {}
+            killer = threading.Thread(target=lambda: killed.update(kill_a_router()))
 
             def one(i: int, client: httpx.Client) -> None:
                 if i == kill_index:  # from beside the stream, with requests in flight
-                    threading.Thread(target=lambda: killed.update(kill_a_router())).start()
+                    killer.start()
                 has = [n for n, y in zip(names, labels[i]) if not np.isnan(y)]
                 got = ask(client, url, str(data.texts[rows[i]]), has)
                 if got["status"] == 200:
@@ -227,6 +228,8 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
                 if learned.get("promoted"):
                     learned["served_after_s"] = served_after(url, learned["registered"])
                 health = stream(range(cut, len(rows)))
+            if killer.is_alive():
+                killer.join()  # the replacement waited for while the service is still up
             graded = sum(r.get("feedback") == 200 for r in results)
             seconds = time.perf_counter() - start
             # what the replicas learned: the served P(correct) on the stream's first questions against the
