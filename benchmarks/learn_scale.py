@@ -1,18 +1,21 @@
 """How `jeirt learn` scales with the feedback it reads: grades learned per second and the memory
-it holds, measured at two sizes, and the model that extrapolates them to a week at 100 requests
-per second (60.5 M decisions, every one graded: the most there can be).
+it holds, measured at two sizes in one process and on Ray workers that share out the LLMs
+(`--workers`), and the model that extrapolates them to a week at 100 requests per second (60.5 M
+decisions, every one graded: the most there can be) and says how many workers finish it in an hour.
 
-    python benchmarks/learn_scale.py --out F.json [--rows 20000 80000]
+    python benchmarks/learn_scale.py --out F.json [--rows 20000 80000] [--workers 1 2]
 
 The space: the synthetic generator's 24 LLMs trained on the hashing encoder (384 dimensions, as MiniLM's);
 grades with random vectors and LLMs in a SQLite feedback store; a temporary MLflow registry.
-Time and peak memory (the process's max RSS growth during `learn`) are per run, in the same
-process, largest last.
+Time and peak memory (the driver process's max RSS growth during `learn`; Ray actors' memory is
+their own) are per run, in the same process, largest last; the workers run on a local Ray started
+once (its start not timed).
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import os
 import resource
 import tempfile
@@ -46,7 +49,10 @@ def max_rss_mb() -> float:
 def main():
     ap = parser(__doc__, data=False)
     ap.add_argument("--rows", nargs="+", type=int, default=[20_000, 80_000])
+    ap.add_argument("--workers", nargs="+", type=int, default=[1, 2], help="1: in this process; N: N Ray actors")
     args = ap.parse_args()
+    if min(args.rows) < 1 or len(set(args.rows)) < 2 or min(args.workers) < 1:
+        ap.error("--rows takes two or more different sizes and --workers whole numbers from 1")
     from jeirt_ray.api.learn import MAX_HELD, learn
     from jeirt_ray.model.train import TrainConfig
     from jeirt_ray.tracking.registry import SpaceRegistry
@@ -58,26 +64,39 @@ def main():
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home}/mlflow.db"
         reg = SpaceRegistry()
         reg.promote("scale", reg.register(space, "scale"), "champion")
+        if max(args.workers) > 1:
+            from jeirt_ray.distributed import init_ray
+            init_ray(num_cpus=max(args.workers))
         for n in sorted(args.rows):
             url = f"sqlite:///{home}/feedback-{n}.db"
             fill(FeedbackStore(url), space, n)
-            gc.collect()
-            before = max_rss_mb()
-            start = time.perf_counter()
-            out = learn("models:/scale/1", register="scale", feedback_url=url, registry=reg)
-            seconds = time.perf_counter() - start
-            runs.append({"rows": n, "seconds": seconds, "grades_per_s": n / seconds,
-                         "max_rss_growth_mb": max_rss_mb() - before, "grades_learned": out["grades_learned"],
-                         "grades_compared": out["grades_compared"]})
-            print(runs[-1], flush=True)
-    small, large = runs[0], runs[-1]
-    per_grade_s = (large["seconds"] - small["seconds"]) / (large["rows"] - small["rows"])
+            for w in args.workers:
+                gc.collect()
+                before = max_rss_mb()
+                start = time.perf_counter()
+                out = learn("models:/scale/1", register="scale", feedback_url=url, registry=reg, workers=w)
+                seconds = time.perf_counter() - start
+                runs.append({"rows": n, "workers": w, "seconds": seconds, "grades_per_s": n / seconds,
+                             "max_rss_growth_mb": max_rss_mb() - before, "grades_learned": out["grades_learned"],
+                             "grades_compared": out["grades_compared"]})
+                print(runs[-1], flush=True)
     held_bytes = MAX_HELD * (space.in_dim * 4 + 200)  # the held-out sample at its cap: a vector and a row each
-    model = {"seconds_per_grade": per_grade_s, "fixed_seconds": small["seconds"] - per_grade_s * small["rows"],
-             "week_at_100_rps_decisions": WEEK, "week_hours_one_process": per_grade_s * WEEK / 3600,
-             "memory_bound_mb": held_bytes / 2**20 + large["max_rss_growth_mb"],
-             "note": "time grows with the grades (one update each, in order); memory does not (chunks of 10,000 "
-                     "rows and at most MAX_HELD held-out grades)"}
+    model = {"week_at_100_rps_decisions": WEEK,
+             "note": "time grows with the grades (one update each, in order, per LLM); memory does not (chunks of "
+                     "10,000 rows and at most MAX_HELD held-out grades per worker)"}
+    for w in args.workers:
+        mine = sorted((r for r in runs if r["workers"] == w), key=lambda r: r["rows"])
+        small, large = mine[0], mine[-1]
+        per_grade_s = (large["seconds"] - small["seconds"]) / (large["rows"] - small["rows"])
+        model[f"workers_{w}"] = {"seconds_per_grade": per_grade_s,
+                                 "fixed_seconds": small["seconds"] - per_grade_s * small["rows"],
+                                 "week_hours": per_grade_s * WEEK / 3600}
+    one = model[f"workers_{min(args.workers)}"]["seconds_per_grade"] * min(args.workers)
+    best = max(args.workers)
+    efficiency = one / (best * model[f"workers_{best}"]["seconds_per_grade"])  # measured speed-up / workers
+    model["parallel_efficiency"] = efficiency
+    model["workers_for_week_in_1h"] = math.ceil(one * WEEK / 3600 / max(efficiency, 1e-9))
+    model["driver_memory_bound_mb"] = held_bytes / 2**20 + max(r["max_rss_growth_mb"] for r in runs)
     print(model)
     write_json(args.out, {"encoder": "hashing-384", "llms": len(space.model_names), "runs": runs, "model": model})
 

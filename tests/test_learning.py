@@ -33,6 +33,23 @@ def test_outcomes_are_checked():
         Outcomes(np.zeros((2, 4)), [0], [1.0, 0.0])
 
 
+def test_outcomes_learned_in_order_at_once_are_learned_one_by_one(world):
+    """update_in_order (the adapter run once for a batch) ends where an update per outcome ends."""
+    space, x = world["space"], world["prep"].X[:40]
+    rng = np.random.default_rng(0)
+    llm, y = rng.integers(len(space.model_names), size=40), rng.random(40)
+    one_by_one, at_once = OnlineState(space, prior_var=0.1), OnlineState(space, prior_var=0.1)
+    for i in range(40):
+        one_by_one.update(Outcomes(x[i:i + 1], llm[i:i + 1], y[i:i + 1]))
+    at_once.update_in_order(Outcomes(x, llm, y))
+    for a, b in zip(at_once.theta + at_once.cov, one_by_one.theta + one_by_one.cov):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)  # the adapter in float32, batched or not
+    assert (at_once.seen == one_by_one.seen).all() and at_once.seen.sum() == 40
+    batched = OnlineState(space, prior_var=0.1)
+    batched.update(Outcomes(x, llm, y))  # one Laplace step per LLM: not the same
+    assert np.abs(batched.theta[0] - one_by_one.theta[0]).max() > 1e-5  # 100x the tolerance above
+
+
 def test_an_outcome_moves_the_llms_prediction_its_way_and_narrows_its_posterior(world):
     space, x = world["space"], world["prep"].X[:1]
     state = OnlineState(space, prior_var=0.1)
@@ -352,7 +369,8 @@ def test_jeirt_learn_promotes_only_what_held_out_grades_show_better(world, tmp_p
         assert run.exit_code == 2 and "1 usable grades" in run.output and "collect more feedback" in run.output
         for since, message in ((["--since", "7x"], "--since takes a duration such as 7d"),
                                (["--since", "0d"], "--since takes a duration"),
-                               (["--since", "7d", "--since-days", "3"], "not both")):
+                               (["--since", "7d", "--since-days", "3"], "not both"),
+                               (["--workers", "0"], "Invalid value for '--workers'")):
             run = CliRunner().invoke(app, ["learn", "--space", "models:/fb/1", *since])
             assert run.exit_code == 2 and message in run.output and "Traceback" not in run.output, run.output
     from jeirt_ray.cli.feedback import days_since

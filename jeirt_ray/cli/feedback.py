@@ -157,12 +157,14 @@ def learn(space: str = typer.Option(..., "--space", help="the champion, models:/
           register: Optional[str] = typer.Option(None, "--register", help="register the challenger under this name "
                                                                           "(default: the space's)"),
           db: Optional[str] = typer.Option(None, "--db", help="the feedback database (default JEIRT_FEEDBACK_URL, "
-                                                              "else SQLite at $JEIRT_HOME/feedback.db)")):
+                                                              "else SQLite at $JEIRT_HOME/feedback.db)"),
+          workers: int = typer.Option(1, "--workers", min=1, help="Ray actors (a CPU each) that share out the LLMs "
+                                                                  "(default 1: in this process); the same result")):
     """Learn a challenger from the feedback, register it, and move @champion to it only when the
     held-out grades show it better (else @challenger); the evidence is in the version's tags."""
     from ..api.learn import learn as learn_job
     with expected_failures(prefix="learn: "):
-        out = learn_job(space, days_since(since, since_days, 7.0), register, db)
+        out = learn_job(space, days_since(since, since_days, 7.0), register, db, workers=workers)
     lo, hi = out["log_loss_gain_ci95"]
     verdict = "[green]promoted to @champion[/green]" if out["promoted"] else "[yellow]@challenger (not shown better)[/yellow]"
     console.print(f"{out['registered']}: learned {out['grades_learned']} grades, held out {out['grades_held_out']}; "

@@ -47,14 +47,13 @@ class FeedbackLearner:
             applied = 0
             while True:
                 rows = self.store.since(self.seq, limit)
-                for r in rows:
-                    k = self.index.get(r["llm"])
-                    e = r["embedding"]
-                    if k is None or e is None or r["encoder"] != self.encoder_id or len(e) != self.state.space.in_dim:
-                        self.counts["skipped"] += 1
-                        continue
-                    self.state.update(Outcomes(e[None], [k], [r["score"]]))
-                    applied += 1
+                use = [r for r in rows if r["llm"] in self.index and r["embedding"] is not None
+                       and r["encoder"] == self.encoder_id and len(r["embedding"]) == self.state.space.in_dim]
+                self.counts["skipped"] += len(rows) - len(use)
+                if use:  # one at a time, in the order they arrived
+                    self.state.update_in_order(Outcomes(np.stack([r["embedding"] for r in use]),
+                                                        [self.index[r["llm"]] for r in use], [r["score"] for r in use]))
+                    applied += len(use)
                 if rows:
                     self.seq = rows[-1]["seq"]
                 if len(rows) < limit:

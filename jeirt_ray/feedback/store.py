@@ -114,6 +114,33 @@ class FeedbackStore:
         return [{**r, "embedding": None if r["embedding"] is None else np.frombuffer(r["embedding"], np.float32).copy()}
                 for r in rows]
 
+    def learnable(self, after: int, upto: int, llms: list[str], encoder: str, min_time: float,
+                  limit: int = 10_000) -> list[dict]:
+        """Like `since`, only the rows in (after, upto] that grade one of `llms` on a query encoded
+        by `encoder` with its vector kept, from `min_time` on: what a learner of those LLMs reads."""
+        f = _feedback.c
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(f.seq, f.id, f.llm, f.score, f.embedding, f.propensity).where(
+                f.seq > after, f.seq <= upto, f.time >= min_time, f.llm.in_(llms), f.encoder == encoder,
+                f.embedding.is_not(None)).order_by(f.seq).limit(limit)).mappings().all()
+        return [{**r, "embedding": np.frombuffer(r["embedding"], np.float32).copy()} for r in rows]
+
+    def window(self, after: int, min_time: float) -> tuple[int, int]:
+        """(the last row's seq, the rows after `after` from `min_time` on): what a learner may read."""
+        f = _feedback.c
+        with self.engine.connect() as c:
+            last = max(int(c.execute(sa.select(sa.func.max(f.seq))).scalar() or 0), after)
+            n = c.execute(sa.select(sa.func.count()).where(f.seq > after, f.seq <= last, f.time >= min_time)).scalar()
+        return last, int(n)
+
+    def per_llm(self, after: int, upto: int, min_time: float) -> dict[str, int]:
+        """Rows per graded LLM in (after, upto] from `min_time` on (to share the LLMs out evenly)."""
+        f = _feedback.c
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(f.llm, sa.func.count()).where(f.seq > after, f.seq <= upto, f.time >= min_time)
+                             .group_by(f.llm)).all()
+        return {llm: int(n) for llm, n in rows if llm is not None}
+
     def graded(self, keys: list[str], source: str) -> set[str]:
         """Which of `keys` ("<id>:<query_index>") have feedback from `source`."""
         ids = sorted({k.rsplit(":", 1)[0] for k in keys})

@@ -158,12 +158,25 @@ class OnlineState:
         (linearised at the current mean; the covariance by the Woodbury identity, so a batch costs a
         few matrix products per LLM, not one update per outcome)."""
         geo = geo or self.geometry(outcomes.x)
-        if len(outcomes.llm) and (outcomes.llm.min() < 0 or outcomes.llm.max() >= len(self.names)):
-            raise ValueError(f"outcomes name LLM column {int(outcomes.llm.max())}; the space has {len(self.names)}")
+        self._check(outcomes)
         for k in np.unique(outcomes.llm):
             rows = outcomes.llm == k
             for (z, n), theta, cov in zip(geo, self.theta, self.cov):
                 _learn_batch(theta[k], cov[k], z[rows], n[rows], outcomes.y[rows])
+        np.add.at(self.seen, outcomes.llm, 1)
+
+    def _check(self, outcomes: Outcomes) -> None:
+        if len(outcomes.llm) and (outcomes.llm.min() < 0 or outcomes.llm.max() >= len(self.names)):
+            raise ValueError(f"outcomes name LLM column {int(outcomes.llm.max())}; the space has {len(self.names)}")
+
+    def update_in_order(self, outcomes: Outcomes) -> None:
+        """Learn outcomes one at a time, in order: the state `update` reaches when called with each
+        alone (as the replicas learn the feedback as it arrives), with the adapter run once for all."""
+        geo = self.geometry(outcomes.x)
+        self._check(outcomes)
+        for i, k in enumerate(outcomes.llm):
+            for (z, n), theta, cov in zip(geo, self.theta, self.cov):
+                _learn_batch(theta[k], cov[k], z[i:i + 1], n[i:i + 1], outcomes.y[i:i + 1])
         np.add.at(self.seen, outcomes.llm, 1)
 
     def add_llm(self, name: str, vectors: list[np.ndarray] | None = None, var: float | None = None) -> int:
