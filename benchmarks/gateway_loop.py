@@ -9,7 +9,11 @@ only when its held-out grades show it better.
 
     python benchmarks/gateway_loop.py [--data DIR] --out F.json [--categories engineering history]
         [--seeds 0] [--clients 2] [--max-queries N] [--train-questions N] [--encoder all-MiniLM-L6-v2]
-        [--learn-at 0.5] [--replicas 1] [--explore 0.0] [--kill-replica-at 0.25]
+        [--learn-at 0.5] [--replicas 1] [--explore 0.0] [--kill-replica-at 0.25] [--feedback-db URL]
+
+The feedback store is SQLite in each run's temporary home by default; `--feedback-db` names a
+PostgreSQL server instead (`postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB`, as a cluster's
+replicas share it), where each run gets a database of its own, dropped at its end.
 
 With `--kill-replica-at F`, one Router replica is SIGKILLed when that share of the stream has been
 sent, requests in flight (`killed`: when, how long Serve took to replace it, and decisions_lost:
@@ -35,12 +39,14 @@ way learning should move it; applied: the grades the serving version's learner a
 promotion, those after the challenger's `feedback_seq`); learn: what `jeirt learn` made of the
 logged grades (registered, promoted, alias, grades_learned, grades_held_out, log_loss_gain and its
 95% interval, and served_after_s: seconds until the replicas served a promoted version; or its error);
-query_text_found, token_found, seconds), `mean`, `settings`.
+query_text_found, token_found (the admin token, or the feedback database's password), seconds), `mean`,
+`settings`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -162,9 +168,34 @@ def kill_a_router(timeout_s: float = 120.0) -> dict:
     return {"at": at, "replaced_after_s": None}
 
 
+def sa_password(url: str) -> str | None:
+    import sqlalchemy as sa
+    return sa.make_url(url).password
+
+
+@contextlib.contextmanager
+def feedback_store(server: str | None, run: str):
+    """None (SQLite in the run's home), or a fresh database on the PostgreSQL `server`, dropped after."""
+    if server is None:
+        yield None
+        return
+    import sqlalchemy as sa
+    name = "jeirt_loop_" + "".join(c if c.isalnum() else "_" for c in run.lower())
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield sa.make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as c:
+            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
 def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, clients: int, max_queries: int | None,
             train_questions: int | None, learn_at: float | None = None, replicas: int = 1, explore: float = 0.0,
-            kill_at: float | None = None) -> dict:
+            kill_at: float | None = None, feedback_db: str | None = None) -> dict:
     data = sampled(data, category, train_questions, seed)
     prep = prepare(data, make_encoder(encoder_name), split=sim.held_out_split(data, [category], seed, (0.8, 0.1, 0.1)),
                    cache_root=paths.cache_dir(), progress=False)
@@ -174,20 +205,22 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
     labels, x = data.label_matrix(rows), prep.X[rows]
     names = [str(m) for m in data.models]
     keys = {n: AnswerKey.read(folder / "answers.csv.gz", default_kind=KIND[n]) for n in names}
-    with tempfile.TemporaryDirectory() as home, ReplayServer(folder, models=names) as replay:
+    with tempfile.TemporaryDirectory() as home, ReplayServer(folder, models=names) as replay, \
+            feedback_store(feedback_db, f"{category}-{seed}") as feedback_url:
         home = Path(home)
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home}/mlflow.db"
         token = os.environ["JEIRT_API_TOKEN"] = f"bench-{secrets.token_hex(12)}"  # the admin's: /health's details
         from jeirt_ray.tracking.registry import SpaceRegistry
         reg = SpaceRegistry()
         reg.promote("bench", reg.register(space, "bench"), "champion")
-        feedback_url = f"sqlite:///{home}/feedback.db"
+        feedback_url = feedback_url or f"sqlite:///{home}/feedback.db"
+        os.environ["JEIRT_FEEDBACK_URL"] = feedback_url  # the replicas' (inherited), as a cluster's Secret gives it
 
         def edit(raw):
             router = next(d for d in raw["applications"][0]["deployments"] if d["name"] == "Router")
             router["user_config"].update(
                 upstreams={n: replay.url for n in names},
-                decisions={"path": str(home / "decisions"), "feedback_url": feedback_url, "flush_s": 0.5},
+                decisions={"path": str(home / "decisions"), "flush_s": 0.5},
                 learning={"enabled": True, "poll_s": 1.0, "explore": explore})
             router["num_replicas"] = replicas
         start = time.perf_counter()
@@ -245,7 +278,8 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
             ray_logs = Path(ray._private.worker._global_node.get_logs_dir_path())  # as tests/test_serve_keys.py
             # any query's text (its first 60 characters), or the admin token, written anywhere
             leaked = found([home, ray_logs], [str(data.texts[r])[:60] for r in rows if len(str(data.texts[r])) >= 60])
-            token_found = found([home, ray_logs], [token])
+            secrets_kept = [token] + ([pw] if feedback_db and (pw := sa_password(feedback_db)) else [])
+            token_found = found([home, ray_logs], secrets_kept)
 
         if kill_at is not None:  # what the decision log lost: answered decisions it does not hold
             import pyarrow.parquet as pq
@@ -301,7 +335,11 @@ def main():
                                                                "sampling from the learned posterior")
     ap.add_argument("--kill-replica-at", type=float, help="SIGKILL one Router replica when this fraction of each "
                                                           "stream has been sent (needs --replicas 2 or more)")
+    ap.add_argument("--feedback-db", help="a PostgreSQL server's SQLAlchemy URL for the feedback store (a database "
+                                          "per run); default: SQLite in the run's home")
     args = ap.parse_args()
+    if args.feedback_db is not None and not args.feedback_db.startswith("postgresql"):
+        raise SystemExit("--feedback-db takes a PostgreSQL URL (postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB)")
     if args.kill_replica_at is not None and (args.replicas < 2 or not 0 <= args.kill_replica_at < 1):
         raise SystemExit("--kill-replica-at: a fraction of the stream (0 to 1) with --replicas 2 or more, so that "
                          "a replica is left to answer")
@@ -319,7 +357,8 @@ def main():
     for seed in args.seeds:
         for category in (names.get(c, c) for c in args.categories):
             r = run_one(data, args.encoder, folder, category, seed, args.clients, args.max_queries,
-                        args.train_questions, args.learn_at, args.replicas, args.explore, args.kill_replica_at)
+                        args.train_questions, args.learn_at, args.replicas, args.explore, args.kill_replica_at,
+                        args.feedback_db)
             runs.append(r)
             print(f"{category:22s} seed {seed}: {r['queries']} queries, {r['failed']} failed, {r['graded']} graded, "
                   f"{r['applied']} applied; static {r['static']:.4f} loop {r['loop']:.4f} best {r['category_best']:.4f} "
@@ -329,6 +368,7 @@ def main():
                           "settings": {"learning": "user_config.learning defaults", "policy": "most_likely",
                                        "learn_at": args.learn_at, "replicas": args.replicas, "explore": args.explore,
                                        "kill_replica_at": args.kill_replica_at,
+                                       "feedback_store": "postgresql" if args.feedback_db else "sqlite",
                                        "max_queries": args.max_queries, "train_questions": args.train_questions},
                           "runs": runs, "mean": mean, "targets": {"loop_minus_static_second_half": 0.02, "failed": 0}})
 

@@ -42,5 +42,5 @@ def test_two_ray_workers_learn_what_one_process_learns(ray_cluster, synthetic, t
         assert moved > 0.01
         for m in range(2):
             np.testing.assert_allclose(b.model_vectors(m), a.model_vectors(m), rtol=0, atol=1e-6)
-        with pytest.raises(ValueError, match="--workers 3 needs 3 CPUs; the Ray cluster has 2: ask for at most 2"):
+        with pytest.raises(ValueError, match="--workers 3 needs 3 free CPUs; the Ray cluster has 2: ask for at most 2"):
             learn("models:/fb/1", register="three", feedback_url=url, registry=reg, workers=3)

@@ -60,8 +60,10 @@ class ShardLearner:
 
     def learn_held(self) -> dict:
         """Learn the held-out grades kept (in arrival order); their number and the vectors."""
-        if self.held["y"]:
-            self.state.update_in_order(Outcomes(np.stack(self.held["x"]), self.held["llm"], self.held["y"]))
+        for i in range(0, len(self.held["y"]), CHUNK):  # the adapter on a chunk at a time
+            part = slice(i, i + CHUNK)
+            self.state.update_in_order(Outcomes(np.stack(self.held["x"][part]), self.held["llm"][part],
+                                                self.held["y"][part]))
         return {"learned": len(self.held["y"]), **self.vectors()}
 
     def vectors(self) -> dict:
@@ -88,10 +90,10 @@ def start(space, groups: list[list[str]], **window) -> list:
 
     from ..distributed import init_ray
     init_ray()
-    cpus = ray.cluster_resources().get("CPU", 0)
-    if len(groups) > cpus:
-        raise ValueError(f"--workers {len(groups)} needs {len(groups)} CPUs; the Ray cluster has {cpus:g}: "
-                         f"ask for at most {int(cpus)} workers, or add nodes")
+    free = ray.available_resources().get("CPU", 0)  # an actor that finds none would wait for ever
+    if len(groups) > free:
+        raise ValueError(f"--workers {len(groups)} needs {len(groups)} free CPUs; the Ray cluster has {free:g}: "
+                         f"ask for at most {max(int(free), 1)} workers, or add nodes")
     actor = ray.remote(num_cpus=1)(ShardLearner)
     ref = ray.put(space)
     return [actor.remote(ref, g, **window) for g in groups]
