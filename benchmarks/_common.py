@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
@@ -70,3 +71,29 @@ def paired_interval(per_seed: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n
         boots.append((w @ diff) / (w @ count))
     boots = np.mean(boots, axis=0)
     return float(np.mean(point)), [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
+
+
+def url_password(url: str) -> str | None:
+    import sqlalchemy as sa
+    return sa.make_url(url).password
+
+
+@contextlib.contextmanager
+def postgres_database(server: str | None, name: str):
+    """None when `server` is None, else the URL of a fresh database `name` (made safe) on that
+    PostgreSQL server, dropped on exit: a benchmark's runs share no rows."""
+    if server is None:
+        yield None
+        return
+    import sqlalchemy as sa
+    name = "".join(c if c.isalnum() else "_" for c in name.lower())
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield sa.make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as c:
+            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

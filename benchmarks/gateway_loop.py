@@ -46,7 +46,6 @@ query_text_found, token_found (the admin token, or the feedback database's passw
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import os
 import secrets
@@ -58,7 +57,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from _common import dataset_path, parser, write_json
+from _common import dataset_path, parser, postgres_database, url_password, write_json
 from _serving import service
 from feedback_loop import FOUR, only
 from jeirt_ray.api.replay import ReplayServer
@@ -168,31 +167,6 @@ def kill_a_router(timeout_s: float = 120.0) -> dict:
     return {"at": at, "replaced_after_s": None}
 
 
-def sa_password(url: str) -> str | None:
-    import sqlalchemy as sa
-    return sa.make_url(url).password
-
-
-@contextlib.contextmanager
-def feedback_store(server: str | None, run: str):
-    """None (SQLite in the run's home), or a fresh database on the PostgreSQL `server`, dropped after."""
-    if server is None:
-        yield None
-        return
-    import sqlalchemy as sa
-    name = "jeirt_loop_" + "".join(c if c.isalnum() else "_" for c in run.lower())
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield sa.make_url(server).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as c:
-            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
 def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, clients: int, max_queries: int | None,
             train_questions: int | None, learn_at: float | None = None, replicas: int = 1, explore: float = 0.0,
             kill_at: float | None = None, feedback_db: str | None = None) -> dict:
@@ -206,7 +180,7 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
     names = [str(m) for m in data.models]
     keys = {n: AnswerKey.read(folder / "answers.csv.gz", default_kind=KIND[n]) for n in names}
     with tempfile.TemporaryDirectory() as home, ReplayServer(folder, models=names) as replay, \
-            feedback_store(feedback_db, f"{category}-{seed}") as feedback_url:
+            postgres_database(feedback_db, f"jeirt_loop_{category}_{seed}") as feedback_url:
         home = Path(home)
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home}/mlflow.db"
         token = os.environ["JEIRT_API_TOKEN"] = f"bench-{secrets.token_hex(12)}"  # the admin's: /health's details
@@ -278,7 +252,7 @@ def run_one(data, encoder_name: str, folder: Path, category: str, seed: int, cli
             ray_logs = Path(ray._private.worker._global_node.get_logs_dir_path())  # as tests/test_serve_keys.py
             # any query's text (its first 60 characters), or the admin token, written anywhere
             leaked = found([home, ray_logs], [str(data.texts[r])[:60] for r in rows if len(str(data.texts[r])) >= 60])
-            secrets_kept = [token] + ([pw] if feedback_db and (pw := sa_password(feedback_db)) else [])
+            secrets_kept = [token] + ([pw] if feedback_db and (pw := url_password(feedback_db)) else [])
             token_found = found([home, ray_logs], secrets_kept)
 
         if kill_at is not None:  # what the decision log lost: answered decisions it does not hold
