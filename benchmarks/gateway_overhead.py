@@ -19,6 +19,11 @@ Exploration (`exploration`): learning on, with user_config.learning.explore 0.5 
 alternating blocks at 1 client; the p50 it adds, and the median of the route step it adds.
 
     python benchmarks/gateway_overhead.py --out results/gateway_overhead.json [--data DIR] [--requests 300]
+        [--ingress proxy|haproxy] [--only-hop]
+
+`--ingress haproxy` measures the same behind HAProxy (Ray's direct ingress, `jeirt serve --ingress
+haproxy`), where the empty deployment's hop is HAProxy's and Serve's replica wrapper's; `--only-hop`
+stops after the first section (direct, the empty deployment and the gateway, at 1 and 8 clients).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import numpy as np
 
 from _common import dataset_path, parser, write_json
 from _serving import ROOT, keyed_gateway, registered_space, service, test_texts
+from jeirt_ray.serving.ingress import INGRESSES
 
 sys.path.insert(0, str(ROOT))
 from tests.upstream import Upstreams  # noqa: E402 (the test upstream, launched as a process)
@@ -182,6 +188,8 @@ def exploration(home, url: str, texts: list[str], headers: dict, requests: int, 
 def main():
     ap = parser(__doc__)
     ap.add_argument("--requests", type=int, default=300, help="measured requests per configuration and client count")
+    ap.add_argument("--ingress", choices=INGRESSES, default="proxy", help="Serve's Python proxy, or HAProxy")
+    ap.add_argument("--only-hop", action="store_true", help="leave out the decision log's and exploration's sections")
     args = ap.parse_args()
     args.encoder = "hashing"  # the instant encoder: the gateway's own cost, not a transformer's
     data_dir = dataset_path(args.data, "mmlu_pro")
@@ -196,7 +204,7 @@ def main():
                                                      "feedback_url": f"sqlite:///{home}/feedback.db"})
             names = [str(n) for n in data.models]
 
-            with service(home, args.encoder, threads=1, edit=edit) as url:
+            with service(home, args.encoder, threads=1, edit=edit, ingress=args.ingress) as url:
                 from ray import serve
                 serve.run(empty_deployment(), name="empty", route_prefix="/empty")
                 for clients in (1, 8):
@@ -211,13 +219,16 @@ def main():
                         "proxy_hop_added_p50_ms": hop["p50_ms"] - direct["p50_ms"],
                         "gateway_server_timing_medians": timing_medians(timings)}
                     print(json.dumps({clients: rows[str(clients)]}, indent=1))
-                log_rows = decision_log(home, url, texts, headers, args.requests)
-                explore_rows = exploration(home, url, texts, headers, args.requests)
-                print(json.dumps({"exploration": explore_rows}, indent=1))
+                log_rows = explore_rows = None
+                if not args.only_hop:
+                    log_rows = decision_log(home, url, texts, headers, args.requests)
+                    explore_rows = exploration(home, url, texts, headers, args.requests)
+                    print(json.dumps({"exploration": explore_rows}, indent=1))
     finally:
         ups.stop()
     write_json(args.out, {"data": str(data_dir), "llms": len(names), "encoder": args.encoder, "auth": "required",
-                          "key_store": "sqlite", "requests": args.requests, "clients": rows, "decision_log": log_rows,
+                          "key_store": "sqlite", "ingress": args.ingress, "requests": args.requests, "clients": rows,
+                          "decision_log": log_rows,
                           "exploration": explore_rows,
                           "targets": {"added_p50_ms_at_1_client": 5.0, "gateway_over_direct_p50_at_8_clients": 2.0,
                                       "decision_log_added_p50_ms": 1.0, "exploration_added_p50_ms": 1.0}})
