@@ -27,6 +27,12 @@ log = logging.getLogger("jeirt.learning")
 LOOP_DEFAULTS = {"prior_var": 0.03, "residual_var": 0.0, "evidence": 0.0}
 
 
+def outcomes_of(rows: list[dict], index: dict[str, int]) -> Outcomes:
+    """Feedback rows (each with an embedding and a graded LLM of `index`) as outcomes, in order."""
+    return Outcomes(np.stack([r["embedding"] for r in rows]), [index[r["llm"]] for r in rows],
+                    [r["score"] for r in rows])
+
+
 class FeedbackLearner:
     def __init__(self, space, store: FeedbackStore, encoder_id: str, prior_var: float = LOOP_DEFAULTS["prior_var"],
                  residual_var: float = LOOP_DEFAULTS["residual_var"], evidence: float = LOOP_DEFAULTS["evidence"]):
@@ -51,8 +57,7 @@ class FeedbackLearner:
                        and r["encoder"] == self.encoder_id and len(r["embedding"]) == self.state.space.in_dim]
                 self.counts["skipped"] += len(rows) - len(use)
                 if use:  # one at a time, in the order they arrived
-                    self.state.update_in_order(Outcomes(np.stack([r["embedding"] for r in use]),
-                                                        [self.index[r["llm"]] for r in use], [r["score"] for r in use]))
+                    self.state.update_in_order(outcomes_of(use, self.index))
                     applied += len(use)
                 if rows:
                     self.seq = rows[-1]["seq"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..learning import OnlineState, Outcomes
-from .applied import LOOP_DEFAULTS
+from .applied import LOOP_DEFAULTS, outcomes_of
 from .log import in_share
 from .store import FeedbackStore
 
@@ -52,8 +52,7 @@ class ShardLearner:
                         self.held[k].append(v)
             n_learn += len(learn)
             if learn:
-                self.state.update_in_order(Outcomes(np.stack([r["embedding"] for r in learn]),
-                                                    [index[r["llm"]] for r in learn], [r["score"] for r in learn]))
+                self.state.update_in_order(outcomes_of(learn, index))
         held = {k: np.asarray(v, dtype=DTYPES[k]) for k, v in self.held.items()}
         held["x"] = held["x"].reshape(-1, self.space.in_dim)
         return {"learned": n_learn, "held_out": n_held, "held": held, **self.vectors()}

@@ -111,8 +111,7 @@ class FeedbackStore:
         with self.engine.connect() as c:
             rows = c.execute(sa.select(_feedback).where(_feedback.c.seq > seq).order_by(_feedback.c.seq)
                              .limit(limit)).mappings().all()
-        return [{**r, "embedding": None if r["embedding"] is None else np.frombuffer(r["embedding"], np.float32).copy()}
-                for r in rows]
+        return _decoded(rows)
 
     def learnable(self, after: int, upto: int, llms: list[str], encoder: str, min_time: float,
                   limit: int = 10_000) -> list[dict]:
@@ -123,7 +122,7 @@ class FeedbackStore:
             rows = c.execute(sa.select(f.seq, f.id, f.llm, f.score, f.embedding, f.propensity).where(
                 f.seq > after, f.seq <= upto, f.time >= min_time, f.llm.in_(llms), f.encoder == encoder,
                 f.embedding.is_not(None)).order_by(f.seq).limit(limit)).mappings().all()
-        return [{**r, "embedding": np.frombuffer(r["embedding"], np.float32).copy()} for r in rows]
+        return _decoded(rows)
 
     def window(self, after: int, min_time: float) -> tuple[int, int]:
         """(the last row's seq, the rows after `after` from `min_time` on): what a learner may read."""
@@ -155,6 +154,12 @@ class FeedbackStore:
     def count(self) -> int:
         with self.engine.connect() as c:
             return int(c.execute(sa.select(sa.func.count()).select_from(_feedback)).scalar())
+
+
+def _decoded(rows) -> list[dict]:
+    """Rows as dicts, each embedding back as a float32 vector."""
+    return [{**r, "embedding": None if r["embedding"] is None else np.frombuffer(r["embedding"], np.float32).copy()}
+            for r in rows]
 
 
 def _add_new_columns(engine) -> None:

@@ -172,8 +172,8 @@ class OnlineState:
     def update_in_order(self, outcomes: Outcomes) -> None:
         """Learn outcomes one at a time, in order: the state `update` reaches when called with each
         alone (as the replicas learn the feedback as it arrives), with the adapter run once for all."""
-        geo = self.geometry(outcomes.x)
         self._check(outcomes)
+        geo = self.geometry(outcomes.x)
         for i, k in enumerate(outcomes.llm):
             for (z, n), theta, cov in zip(geo, self.theta, self.cov):
                 _learn_batch(theta[k], cov[k], z[i:i + 1], n[i:i + 1], outcomes.y[i:i + 1])
