@@ -62,6 +62,33 @@ def test_forward_matches_score_all(kind):
     assert torch.allclose(mod(x, q, m), mod.score_all(x)[q, m], atol=1e-5)
 
 
+def test_stacked_forward_is_the_spaces():
+    """Routing's NumPy forward (members stacked) gives the space's probabilities and its first
+    member's difficulties; spaces it cannot stack (members of other shapes, other kinds) have
+    none, and the router then keeps the torch path with the same answers."""
+    from jeirt_ray.model.stacked import StackedJEIRT
+    from jeirt_ray.routing.router import SpaceRouter
+    torch.manual_seed(0)
+    names = [f"llm{i}" for i in range(6)]
+
+    def space_of(members):
+        return CoreSpace(members=members, config=TrainConfig(kind="jeirt"), encoder_id="hashing", in_dim=16,
+                         model_names=names)
+    space = space_of([JEIRT(16, 6, dim=5, hidden=12, input_dropout=0.2) for _ in range(3)])
+    x = np.random.default_rng(0).normal(size=(9, 16)).astype(np.float32)
+    p, norms = StackedJEIRT.of(space)(x)
+    np.testing.assert_allclose(p, space.predict_proba(x), atol=1e-6)
+    np.testing.assert_allclose(norms, np.linalg.norm(space.question_vectors(x), axis=1), rtol=1e-5)
+    fast, slow = SpaceRouter(space, default_policy="most_likely"), SpaceRouter(space, default_policy="most_likely")
+    slow.stacked = None
+    a, b = fast.route(x, top_k=None, ranking=6), slow.route(x, top_k=None, ranking=6)
+    assert [r["ranking"] for r in a] == [r["ranking"] for r in b]
+    np.testing.assert_allclose([r["difficulty"] for r in a], [r["difficulty"] for r in b], rtol=1e-5)
+    mixed = space_of([JEIRT(16, 6, dim=5, hidden=12), JEIRT(16, 6, dim=5, hidden=8)])
+    assert StackedJEIRT.of(mixed) is None and SpaceRouter(mixed).stacked is None
+    assert StackedJEIRT.of(space_of([build_module("mf", 16, 6, dim=5)])) is None
+
+
 def test_batcher_covers_every_pair_once():
     q = torch.tensor([3, 1, 3, 0, 1, 3, 2])
     pairs = Pairs(q, torch.arange(7), torch.arange(7, dtype=torch.float32))

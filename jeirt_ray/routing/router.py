@@ -26,6 +26,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..model.stacked import StackedJEIRT
 from .centroids import Centroids
 from .costs import cheapest_within_margin, cost_weighted_choice, cost_weighted_scores, quality_target_choice
 from .decisions import DEFAULT_TOP_K, POLICIES, RouteDecision
@@ -84,11 +85,25 @@ class SpaceRouter:
         if chosen and space.routing:
             fields = {k: chosen[k] for k in Policy.model_fields if k in chosen}
             self.tuned = (Policy(**fields), SignalBuilder.from_arrays(space.routing, chosen["benchmarks"]))
+        self.stacked = StackedJEIRT.of(space)  # the space's forward in NumPy, where it has one
         self.learned = None  # x -> P(correct) learned from feedback (serving/learned.py), else the space's
         # on a share of queries, the policy applied to a posterior draw (learning.explore.PolicyExploration)
         self.exploration = None
         self._budget_weights: OrderedDict[float, float] = OrderedDict()  # an LRU of BUDGET_CACHE
         self._budget_lock = threading.Lock()  # routes run in worker threads
+
+    def predicted(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(P(correct) per query and LLM: learned from feedback where it is, else the space's;
+        each query's difficulty ||E_Q||)."""
+        learned = self.learned  # read once: the replica may swap it meanwhile
+        p = None
+        if self.stacked is not None:
+            p, norms = self.stacked(x)
+        else:
+            norms = np.linalg.norm(self.space.question_vectors(x), axis=1)
+        if learned is not None:
+            return learned(x), norms
+        return (self.space.predict_proba(x) if p is None else p), norms
 
     @property
     def priced(self) -> bool:
@@ -251,8 +266,7 @@ class SpaceRouter:
         nearest = self.nearest(x) if self.centroids is not None else None
         cost = self.cost_matrix(x, texts, nearest)
         cand = self.candidates(candidates, max_cost, cost)
-        learned = self.learned
-        p = learned(x) if learned is not None else self.space.predict_proba(x)
+        p, norms = self.predicted(x)
         allowed = np.zeros(p.shape, dtype=bool)
         allowed[:, cand] = True
         if min_p is not None:
@@ -274,7 +288,6 @@ class SpaceRouter:
             ok = left[np.arange(len(p)), pick]  # rows that had an LLM left
             order.append(np.where(ok, pick, -1))
             left[np.arange(len(p))[ok], pick[ok]] = False
-        norms = np.linalg.norm(self.space.question_vectors(x), axis=1)
 
         def cost_of(i, j):
             return None if cost is None else float(cost[i, j])
