@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jeirt_ray.serving.manifests import (check_all, check_hardening, check_network, check_ray_auth, check_serve_config,
+from jeirt_ray.serving.manifests import (check_all, check_front_door, check_hardening, check_network, check_ray_auth,
+                                         check_serve_config,
                                          check_service_resilience, crd_schemas, load_docs, pod_specs, ray_versions,
                                          validate_doc)
 
@@ -179,6 +180,23 @@ def test_the_service_keeps_what_the_cluster_tests_showed():
         "(they may share one node and fail together)"]
     assert broken(serve_edit(lambda d: d["Router"]["autoscaling_config"].update(max_replicas=99))) == [
         "serveConfigV2 jeirt/Router: max 99 replicas, 1 per node, but the worker groups reach 24 nodes"]
+
+
+def test_every_serve_pod_has_haproxy_in_front_and_a_regression_is_caught():
+    """The RayService's pods read the settings that `jeirt serve --ingress haproxy` gives a local
+    Ray (HAProxy, the replica's code on the loop that writes its answers, the header buffer)."""
+    from jeirt_ray.serving.ingress import HAPROXY_ENV, ingress_env
+    docs = load_docs(ROOT / "k8s" / "configmap.yaml") + load_docs(ROOT / "k8s" / "ray-service.router.yaml")
+    assert check_front_door(docs) == []
+    assert HAPROXY_ENV.items() <= ingress_env("haproxy").items()
+    worker_off = copy.deepcopy(docs)
+    group = worker_off[-1]["spec"]["rayClusterConfig"]["workerGroupSpecs"][1]["template"]["spec"]["containers"][0]
+    group["envFrom"] = [e for e in group["envFrom"] if e.get("configMapRef", {}).get("name") != "jeirt-serve"]
+    assert len(check_front_door(worker_off)) == 1 and "workerGroupSpecs[1]" in check_front_door(worker_off)[0]
+    threaded = copy.deepcopy(docs)
+    next(d for d in threaded if d["metadata"]["name"] == "jeirt-serve")["data"][
+        "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD"] = "1"
+    assert len(check_front_door(threaded)) == 3  # the head and both worker groups
 
 
 def test_rays_own_ports_are_private_and_token_authenticated_and_a_regression_is_caught(crds):

@@ -1,5 +1,6 @@
 """An exposed service: `auth: required`, API keys in a real PostgreSQL, 2 Router replicas behind
-Serve's proxy, OpenAI-compatible upstreams on loopback. Scopes, budgets and rate limits over
+HAProxy (the cluster's front door, k8s/configmap.yaml; tests/test_serve_app.py runs Serve's own
+proxy), OpenAI-compatible upstreams on loopback. Scopes, budgets and rate limits over
 HTTP, planted secrets looked for in every answer and log line, and the schema-driven fuzzer with
 a key of each scope. One Ray cluster for the module."""
 
@@ -50,7 +51,7 @@ def world(tmp_path_factory, synthetic, postgres_url):
     store = KeyStore(postgres_url)
     try:
         with serving(space, NAME, tmp_path_factory.mktemp("keys"), token=ADMIN_TOKEN, edit=edit, cpus=0.25,
-                     encoder="hashing", auth="required") as url:
+                     encoder="hashing", auth="required", ingress="haproxy") as url:
             yield {"url": url, "store": store, "ups": ups, "names": names, "prep": prep}
     finally:
         ups.stop()

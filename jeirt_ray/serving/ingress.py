@@ -24,7 +24,15 @@ DRAIN_S = "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"
 LOCAL_DRAIN_S = "2"
 # HAProxy refuses a request whose headers outgrow its buffer (Ray's default 16 KiB) with an HTML
 # page; the API takes headers up to 20,000 characters (x-jeirt-candidates), so 64 KiB.
-BUFSIZE, LOCAL_BUFSIZE = "RAY_SERVE_HAPROXY_TUNE_BUFSIZE", "65536"
+BUFSIZE = "RAY_SERVE_HAPROXY_TUNE_BUFSIZE"
+# Serve runs a replica's own code on an event loop of its own thread by default; behind HAProxy
+# every ASGI message of an answer then crosses from that loop to the one that writes the socket,
+# which cost a streamed answer's first byte about 2 ms at one client here
+# (benchmarks/gateway_overhead.py). Ray's throughput mode (RAY_SERVE_THROUGHPUT_OPTIMIZED) turns
+# this off too; the Router keeps its blocking work in worker threads, so it can share the loop.
+USER_THREAD = "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD"
+# wherever HAProxy fronts the Router: here, and on a cluster (k8s/configmap.yaml's jeirt-serve)
+HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", USER_THREAD: "0", BUFSIZE: "65536"}
 
 
 def check_ingress(ingress: str) -> str:
@@ -44,8 +52,8 @@ def ingress_env(ingress: str, free_ports: bool = False) -> dict[str, str]:
     on free ports, for a second service on one machine)."""
     if check_ingress(ingress) == "proxy":
         return {}
-    env = {"RAY_SERVE_ENABLE_HA_PROXY": "1", DRAIN_S: os.environ.get(DRAIN_S, LOCAL_DRAIN_S),
-           BUFSIZE: os.environ.get(BUFSIZE, LOCAL_BUFSIZE)}
+    env = {**{k: os.environ.get(k, v) for k, v in HAPROXY_ENV.items()}, "RAY_SERVE_ENABLE_HA_PROXY": "1",
+           DRAIN_S: os.environ.get(DRAIN_S, LOCAL_DRAIN_S)}
     if free_ports:
         env.update({STATS_PORT: str(free_port()), METRICS_PORT: str(free_port())})
     return env

@@ -134,8 +134,8 @@ def check_hardening(doc: dict) -> list[str]:
 
 # ---- who can reach Ray's own ports -------------------------------------------------------------
 RAY_PRIVATE_PORTS = {6379: "the GCS", 8265: "the dashboard and Jobs API", 10001: "Ray Client",
-                     52365: "the node agents"}
-PUBLIC_PORTS = {8000}  # Serve's HTTP proxy
+                     52365: "the node agents", 8404: "HAProxy's stats page", 9101: "HAProxy's exporter"}
+PUBLIC_PORTS = {8000}  # Serve's front door: HAProxy (or Serve's HTTP proxy)
 
 
 def cluster_spec(doc: dict) -> tuple[str, dict] | None:
@@ -230,6 +230,30 @@ def check_service_resilience(doc: dict) -> list[str]:
     return errors
 
 
+def check_front_door(docs: list[dict]) -> list[str]:
+    """Every container of every RayService reads ingress.HAPROXY_ENV from the ConfigMaps it
+    names (envFrom), so that each pod's port 8000 is HAProxy as `jeirt serve --ingress haproxy`
+    sets it up (less its local drain period: a cluster keeps Ray's, which gives Kubernetes time to
+    take a stopping pod out of its Service)."""
+    from .ingress import HAPROXY_ENV
+    maps = {d["metadata"]["name"]: d.get("data") or {} for d in docs if d.get("kind") == "ConfigMap"}
+    errors = []
+    for doc in docs:
+        if doc.get("kind") != "RayService":
+            continue
+        for where, pod in pod_specs(doc).items():
+            for c in pod.get("containers", []):
+                env = {}
+                for source in c.get("envFrom", []):
+                    env.update(maps.get((source.get("configMapRef") or {}).get("name"), {}))
+                wrong = {k: env.get(k) for k, v in HAPROXY_ENV.items() if env.get(k) != v}
+                if wrong:
+                    errors.append(f"RayService {doc['metadata']['name']} {where}({c.get('name')}): its ConfigMaps set "
+                                  f"{wrong}, not {HAPROXY_ENV} (the HAProxy front door, k8s/configmap.yaml's "
+                                  f"jeirt-serve)")
+    return errors
+
+
 # ---- Serve configs ----------------------------------------------------------------------------
 def _model_in(annotation):
     """The pydantic model class inside an annotation like Optional[X], List[X], Union[dict, X]."""
@@ -312,6 +336,7 @@ def check_all(root: Path, crd_dir: Path) -> dict[str, list[str]]:
             report[f"k8s/{path.name}#{i}:{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"] = \
                 validate_doc(doc, crds) + check_hardening(doc) + check_service_resilience(doc) + check_ray_auth(doc)
     report["k8s network"] = check_network(every)
+    report["k8s front door"] = check_front_door(every)
     for path in sorted((root / "deployments").glob("*.yaml")):
         report[f"deployments/{path.name}"] = check_serve_config(yaml.safe_load(path.read_text()))
     versions = ray_versions(root)
