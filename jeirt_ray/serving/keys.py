@@ -22,6 +22,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import sqlalchemy as sa
 
@@ -268,35 +269,46 @@ class KeyStore:
         return gone
 
     # ---- SQL -------------------------------------------------------------------------------------
-    def _insert(self):
+    @cached_property
+    def _sql(self) -> dict:
+        """The usage table's statements, built once with bound parameters: building and hashing a
+        statement afresh was most of the time a request's count took (SQLAlchemy's own advice for
+        a hot path)."""
         if self.dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         elif self.dialect == "sqlite":
             from sqlalchemy.dialects.sqlite import insert
         else:
             raise ValueError(f"the key store supports SQLite and PostgreSQL, not {self.dialect}")
-        return insert(_usage)
+        key_id, period = sa.bindparam("key_id"), sa.bindparam("period")
+        add = insert(_usage).values(key_id=key_id, period=period, requests=0, tokens=sa.bindparam("tokens"),
+                                    usd=sa.bindparam("usd"))
+        add = add.on_conflict_do_update(index_elements=["key_id", "period"], set_={
+            "tokens": _usage.c.tokens + add.excluded.tokens, "usd": _usage.c.usd + add.excluded.usd})
+        one = insert(_usage).values(key_id=key_id, period=period, requests=1, tokens=0, usd=0.0)
 
-    def _add(self, c, key_id: str, period: str, requests: int = 0, tokens: int = 0, usd: float = 0.0) -> None:
-        stmt = self._insert().values(key_id=key_id, period=period, requests=requests, tokens=tokens, usd=usd)
-        c.execute(stmt.on_conflict_do_update(index_elements=["key_id", "period"], set_={
-            "requests": _usage.c.requests + requests, "tokens": _usage.c.tokens + tokens, "usd": _usage.c.usd + usd}))
+        def count(where=None):
+            return one.on_conflict_do_update(index_elements=["key_id", "period"],
+                                             set_={"requests": _usage.c.requests + 1},
+                                             where=where).returning(_usage.c.requests)
+        return {"add": add, "count": count(), "count_below": count(_usage.c.requests < sa.bindparam("rpm")),
+                "usage": _usage.select().where(_usage.c.key_id == key_id,
+                                               _usage.c.period.in_(sa.bindparam("periods", expanding=True)))}
+
+    def _add(self, c, key_id: str, period: str, tokens: int, usd: float) -> None:
+        c.execute(self._sql["add"], {"key_id": key_id, "period": period, "tokens": tokens, "usd": usd})
 
     def _count(self, c, key_id: str, period: str, rpm: int | None) -> int | None:
         """Add one request to the minute's count unless it has reached `rpm`: the count after, or
         None when refused. One statement, so replicas racing each other cannot both pass."""
         if rpm is not None and rpm < 1:
             return None
-        stmt = self._insert().values(key_id=key_id, period=period, requests=1, tokens=0, usd=0.0)
-        stmt = stmt.on_conflict_do_update(index_elements=["key_id", "period"],
-                                          set_={"requests": _usage.c.requests + 1},
-                                          where=None if rpm is None else _usage.c.requests < rpm)
-        row = c.execute(stmt.returning(_usage.c.requests)).first()
+        row = c.execute(self._sql["count"] if rpm is None else self._sql["count_below"],
+                        {"key_id": key_id, "period": period, "rpm": rpm}).first()
         return None if row is None else int(row.requests)
 
     def _usage(self, c, key_id: str, per: dict[str, str]) -> dict:
-        rows = {r.period: r for r in c.execute(_usage.select().where(_usage.c.key_id == key_id,
-                                                                     _usage.c.period.in_(list(per.values()))))}
+        rows = {r.period: r for r in c.execute(self._sql["usage"], {"key_id": key_id, "periods": list(per.values())})}
 
         def get(period, column):
             row = rows.get(per[period])
