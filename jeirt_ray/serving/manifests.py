@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from .ingress import HAPROXY_ENV
+
 K8S_VERSION = "1.33.0"
 # where each KubeRay kind holds its Ray cluster's spec, under `spec`
 CLUSTER_AT = {"RayCluster": (), "RayJob": ("rayClusterSpec",), "RayService": ("rayClusterConfig",),
@@ -235,7 +237,6 @@ def check_front_door(docs: list[dict]) -> list[str]:
     names (envFrom), so that each pod's port 8000 is HAProxy as `jeirt serve --ingress haproxy`
     sets it up (less its local drain period: a cluster keeps Ray's, which gives Kubernetes time to
     take a stopping pod out of its Service)."""
-    from .ingress import HAPROXY_ENV
     maps = {d["metadata"]["name"]: d.get("data") or {} for d in docs if d.get("kind") == "ConfigMap"}
     errors = []
     for doc in docs:
