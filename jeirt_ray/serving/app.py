@@ -39,6 +39,7 @@ from .http import ERRORS, TOKEN_ENV, make_api, server_timing
 from .keys import ADMIN_TOKEN_KEY, KeyStore
 from .live import LiveSpace, RegistryUnreachable
 from .metrics import make_metrics
+from .offload import Offload
 from .onboarding import OnboarderBusy
 from .learned import ReplicaLearning
 from .recording import Recorder
@@ -86,6 +87,7 @@ class Router:
         self.encoder = encoder if not isinstance(encoder, str) else None
         self.inline = ThreadedEncoder(encoder, encoder_threads, tracking_uri) if isinstance(encoder, str) else None
         self.live = LiveSpace(model, encoder_id, tracking_uri)
+        self.route_offload = Offload()  # where the route step runs: in a thread unless it is known cheap
         route_scopes(api)  # a route that declares no scope stops the replica here (access.py)
         if auth == "open":  # checked where Serve really listens, however it was started
             host = serve_listens_on()
@@ -139,6 +141,9 @@ class Router:
 
     async def _encode(self, texts: list[str]) -> np.ndarray:
         if self.inline is not None:
+            if self.inline.offload.inline(len(texts)):  # an instant encoder: no batch queue, no thread
+                self.metrics.encoder_batch(len(texts))
+                return self.inline.offload.timed(self.inline.forward, texts, items=len(texts))
             return np.stack(await asyncio.gather(*(self._encode_inline(t) for t in texts)))
         return np.stack(await asyncio.gather(*(self.encoder.encode.remote(t) for t in texts)))
 
@@ -153,8 +158,8 @@ class Router:
         top_k = options.get("top_k")
         if recorder.log is not None:  # the log keeps every allowed LLM's p; the answer lists top_k
             options = {**options, "top_k": None}
-        try:  # in a worker thread: a route's prediction and costing must not hold the event loop
-            results = await asyncio.to_thread(core.route, x, texts=texts, **options)
+        try:  # on the loop only while routes are known to be that cheap (offload.py)
+            results = await self.route_offload.run(core.route, x, texts=texts, items=len(texts), **options)
         except RequestError as e:
             raise HTTPException(e.status, str(e))
         explored = sum(r["explored"] for r in results)

@@ -3,13 +3,12 @@ concurrent queries into one forward) and the Onboarder (an OnboardingService, on
 request at a time). Each puts the redacting log filter on its own loggers: a tracking URI may
 carry credentials."""
 
-import asyncio
-
 import numpy as np
 from ray import serve
 
 from ..encoders import make_encoder
 from .metrics import make_metrics
+from .offload import Offload
 from .onboarding import OnboardingService
 from .schemas import OnboardRequest
 from .settings import EncoderConfig, OnboarderConfig
@@ -17,15 +16,17 @@ from .settings import EncoderConfig, OnboarderConfig
 
 class ThreadedEncoder:
     """An encoder whose forward runs in a worker thread (the event loop keeps taking requests,
-    and the next batch gathers while this one computes) with `threads` torch threads. Torch's
-    thread count is per calling thread under OpenMP, and Ray sets OMP_NUM_THREADS to the
-    replica's num_cpus, so it is set in the thread that runs the forward."""
+    and the next batch gathers while this one computes) with `threads` torch threads, or on the
+    loop where it is that cheap (`offload`: the hashing encoder, not MiniLM). Torch's thread count
+    is per calling thread under OpenMP, and Ray sets OMP_NUM_THREADS to the replica's num_cpus,
+    so it is set in the thread that runs the forward."""
 
     def __init__(self, spec: str, threads: int | None, tracking_uri: str | None = None):
         if spec.startswith("models:/"):  # the encoder saved with a registered (fine-tuned) space
             from ..tracking.registry import SpaceRegistry
             spec = str(SpaceRegistry(tracking_uri).download_encoder(spec))
         self.encoder, self.threads = make_encoder(spec), threads
+        self.offload = Offload()
         self.forward(["warm-up"])  # load the weights before the first request
 
     def forward(self, texts: list[str]) -> np.ndarray:
@@ -36,7 +37,7 @@ class ThreadedEncoder:
         return self.encoder.encode(texts)
 
     async def encode(self, texts: list[str]) -> np.ndarray:
-        return await asyncio.to_thread(self.forward, texts)
+        return await self.offload.run(self.forward, texts, items=len(texts))
 
 
 @serve.deployment(name="Encoder")

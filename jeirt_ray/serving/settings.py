@@ -156,7 +156,9 @@ class RouterConfig(BaseModel):
     encoder_batch_wait_s: float = Field(
         0.0, ge=0, le=1, description="with the encoder inside the Router (encoder_placement: router): how long a "
                                      "query waits for others to share its encoder call; 0 batches only the queries "
-                                     "that queued while the encoder was busy (benchmarks/batch_wait.py)")
+                                     "that queued while the encoder was busy (benchmarks/batch_wait.py); an encoder "
+                                     "cheaper than a thread hop (the hashing one) encodes each query at once, "
+                                     "unbatched")
     upstreams: dict[str, str | Upstream] | None = Field(
         None, description="{LLM: OpenAI-compatible base URL, or an Upstream} for /v1/chat/completions")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
