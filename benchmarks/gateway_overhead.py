@@ -7,6 +7,10 @@ instant encoder (hashing), so what is measured is the proxy, access control, rou
 relay, not a transformer. The upstream (tests/upstream.py) streams with no delay. A third
 configuration is Ray Serve's proxy hop alone: an empty Serve deployment on the same proxy that
 answers the same stream at once; its difference to direct is the floor under any Serve ingress.
+The relay floors (`relay_floors_added_p50_ms`, one client): bare relays of the upstream's
+stream on the same ingress, with no key, encoder or route: FastAPI with httpx, FastAPI with
+aiohttp, and a plain ASGI handler with aiohttp; what each adds is the least a gateway on that
+stack can add.
 Each gateway answer's Server-Timing header says where its time went (access, encode, route,
 upstream first byte): their medians are reported.
 
@@ -26,8 +30,8 @@ haproxy`), where the empty deployment's hop is HAProxy's and Serve's replica wra
 stops after the first section (direct, the empty deployment and the gateway, at 1 and 8 clients).
 """
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: Serve's class-based FastAPI views (the relays) need
+# their handlers' types as real objects, not strings
 import asyncio
 import json
 import re
@@ -79,6 +83,8 @@ async def first_bytes(url: str, texts: list[str], clients: int, requests: int, h
     began: list[float] = []  # when the first measured request started
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=clients)) as client:
         await worker(client, 0) if clients == 1 else await asyncio.gather(*(worker(client, k) for k in range(clients)))
+    if not seconds:
+        raise SystemExit(f"every request to {url}/chat/completions failed ({failed[0]} of {requests})")
     ms = np.asarray(seconds) * 1000
     out = {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "n": len(seconds),
            "failed": failed[0], "rps": len(seconds) / (time.perf_counter() - began[0])}
@@ -108,6 +114,78 @@ def empty_deployment():
         async def chat(self):
             return StreamingResponse(iter([chunk]), media_type="text/event-stream")
     return Empty.bind()
+
+
+def relay_deployments(upstream: str) -> dict:
+    """{name: a Serve application that relays the chat stream to `upstream` and back}: the least a
+    gateway on each stack adds (no key, encoder or route)."""
+    import aiohttp
+    import httpx
+    from fastapi import FastAPI, Request
+    from fastapi.responses import StreamingResponse
+    from ray import serve
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    url = f"{upstream}/chat/completions"
+    options = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
+    on_httpx, on_aiohttp = FastAPI(), FastAPI()
+
+    @serve.deployment(name="FastAPIHttpx", **options)
+    @serve.ingress(on_httpx)
+    class FastAPIHttpx:
+        @on_httpx.post("/chat/completions")
+        async def chat(self, request: Request):
+            if not hasattr(self, "client"):
+                self.client = httpx.AsyncClient(timeout=None)
+            r = await self.client.send(self.client.build_request("POST", url, json=await request.json()), stream=True)
+
+            async def relay():
+                try:
+                    async for chunk in r.aiter_raw():
+                        yield chunk
+                finally:
+                    await r.aclose()
+            return StreamingResponse(relay(), media_type="text/event-stream")
+
+    @serve.deployment(name="FastAPIAiohttp", **options)
+    @serve.ingress(on_aiohttp)
+    class FastAPIAiohttp:
+        @on_aiohttp.post("/chat/completions")
+        async def chat(self, request: Request):
+            if not hasattr(self, "session"):
+                self.session = aiohttp.ClientSession()
+            r = await self.session.post(url, json=await request.json())
+
+            async def relay():
+                try:
+                    async for chunk in r.content.iter_any():
+                        yield chunk
+                finally:
+                    r.release()
+            return StreamingResponse(relay(), media_type="text/event-stream")
+
+    sessions = []
+
+    async def asgi(scope, receive, send):
+        message, body = {"more_body": True}, b""
+        while message.get("more_body"):
+            message = await receive()
+            body += message.get("body", b"")
+        if not sessions:
+            sessions.append(aiohttp.ClientSession())
+        async with sessions[0].post(url, data=body, headers={"content-type": "application/json"}) as r:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream")]})
+            async for chunk in r.content.iter_any():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    @serve.deployment(name="ASGIAiohttp", **options)
+    @serve.ingress(Starlette(routes=[Mount("/", app=asgi)]))
+    class ASGIAiohttp:
+        pass
+    return {"fastapi_httpx": FastAPIHttpx.bind(), "fastapi_aiohttp": FastAPIAiohttp.bind(),
+            "asgi_aiohttp": ASGIAiohttp.bind()}
 
 
 def set_router(home, url: str, section: str | None, **settings) -> None:
@@ -207,6 +285,8 @@ def main():
             with service(home, args.encoder, threads=1, edit=edit, ingress=args.ingress) as url:
                 from ray import serve
                 serve.run(empty_deployment(), name="empty", route_prefix="/empty")
+                for name, relay_app in relay_deployments(upstream).items():
+                    serve.run(relay_app, name=name, route_prefix=f"/{name}")
                 for clients in (1, 8):
                     timings: list[str] = []
                     direct = asyncio.run(first_bytes(upstream, texts, clients, args.requests))
@@ -218,6 +298,10 @@ def main():
                         "gateway_over_direct_p50": gateway["p50_ms"] / direct["p50_ms"],
                         "proxy_hop_added_p50_ms": hop["p50_ms"] - direct["p50_ms"],
                         "gateway_server_timing_medians": timing_medians(timings)}
+                    if clients == 1:
+                        rows["1"]["relay_floors_added_p50_ms"] = {name: asyncio.run(first_bytes(
+                            f"{url}/{name}", texts, 1, args.requests))["p50_ms"] - direct["p50_ms"]
+                            for name in ("fastapi_httpx", "fastapi_aiohttp", "asgi_aiohttp")}
                     print(json.dumps({clients: rows[str(clients)]}, indent=1))
                 log_rows = explore_rows = None
                 if not args.only_hop:

@@ -182,9 +182,11 @@ def test_a_dripping_upstream_is_cut_at_the_try_deadline_and_the_next_llm_answers
         assert answer.llm == "alpha" and time.perf_counter() - start < 4
         assert [e[2] for e in rec.events if e[0] == "fell_back"] == ["deadline"]
         # the request's own deadline: nothing is tried once it has passed
+        await gw.close()
+        gw = Gateway()  # nothing cooling down
         with pytest.raises(AllFailed) as e:
-            await Gateway().complete(PAYLOAD, tries, GatewayConfig(read_timeout_s=2, try_deadline_s=5,
-                                                                   request_deadline_s=1), stream=False)
+            await gw.complete(PAYLOAD, tries, GatewayConfig(read_timeout_s=2, try_deadline_s=5,
+                                                            request_deadline_s=1), stream=False)
         assert "deadline" in e.value.tried[0]["error"] and "request's deadline" in e.value.tried[-1]["error"]
         await gw.close()
     run(go())
@@ -298,6 +300,28 @@ def test_a_client_that_leaves_mid_stream_is_still_charged(ups):
     assert len(seen) == 2 and all(t.startswith("trickle") for t in seen)
 
 
+def test_an_upstream_that_dies_mid_stream_ends_the_answer_with_an_error_event(ups):
+    """Once bytes went out no fallback is possible: the client gets what came, then one event that
+    says the upstream broke off (not that the gateway's time limit cut it), and the stream ends."""
+    async def go():
+        ups.start("dies", "--pad", "200", "--chunk-delay", "0.05")
+        gw = Gateway()
+        answer = await gw.complete({**PAYLOAD, "stream": True}, [("dies", Upstream(url=ups.urls["dies"]))], CFG,
+                                   stream=True)
+        chunks, start = [], time.perf_counter()
+        async for chunk in relay(answer, 60):
+            chunks.append(chunk)
+            if len(chunks) == 3:
+                ups.kill("dies")
+        await gw.close()
+        return b"".join(chunks).decode(), time.perf_counter() - start
+    raw, seconds = run(go())
+    events = [e for e in raw.split("\n\n") if e]
+    assert seconds < 5 and len(events) >= 4 and "dies" in events[0]
+    error = json.loads(events[-1].removeprefix("data: "))["error"]
+    assert error["type"] == "upstream_error" and "broke off the stream" in error["message"], error
+
+
 def test_the_stream_meter_keeps_events_whole_across_chunks():
     meter = StreamMeter(strip_usage=True)
     event = b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n'
@@ -314,8 +338,10 @@ def test_upstream_failures_name_neither_the_url_nor_the_body(ups):
         port = ups.urls["BODY-PLANTED"].split(":")[2].split("/")[0]
         tries = [("failing", Upstream(url=f"http://user:URL-PLANTED@127.0.0.1:{port}/v1")),
                  ("dead", Upstream(url=f"http://user:URL-PLANTED@127.0.0.1:{free_port()}/v1"))]
+        gw = Gateway()
         with pytest.raises(AllFailed) as e:
-            await Gateway().complete(PAYLOAD, tries, CFG, stream=False)
+            await gw.complete(PAYLOAD, tries, CFG, stream=False)
+        await gw.close()
         return str(e.value)
     said = run(go())
     assert "answered 500" in said and "cannot reach the upstream" in said

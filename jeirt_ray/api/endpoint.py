@@ -188,7 +188,7 @@ MAX_ANSWER_BYTES = 4 << 20  # an endpoint's answer larger than this is an error,
 async def _post_capped(client, url: str, body: dict):
     """(the response, its body of at most MAX_ANSWER_BYTES)."""
     async with client.stream("POST", url, json=body) as r:
-        return r, await read_capped(r, MAX_ANSWER_BYTES)
+        return r, await read_capped(r.aiter_bytes(), MAX_ANSWER_BYTES)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -25,10 +25,11 @@ def retryable(status: int) -> bool:
     return status >= 500 or status in RETRY_STATUS
 
 
-async def read_capped(response, cap: int) -> bytes:
-    """An httpx streamed response's body; AnswerTooLarge past `cap` bytes."""
+async def read_capped(chunks, cap: int) -> bytes:
+    """A streamed response's body from its chunks (httpx's `aiter_bytes()`, aiohttp's
+    `content.iter_any()`); AnswerTooLarge past `cap` bytes."""
     content = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in chunks:
         content += chunk
         if len(content) > cap:
             raise AnswerTooLarge(f"answered more than {cap} bytes")
