@@ -115,6 +115,11 @@ def test_streaming_relays_the_upstreams_events_and_the_upstream_model_name(ups, 
         assert text == "beta answers: What is 2 + 2?"
         seen = ups.calls("beta")
         assert seen["models"][-1] == "beta-2025" and seen["authorization"] == "Bearer sk-test-123"
+        # credentials in the URL go as Basic auth, in place of the key (one Authorization header)
+        with_user = Upstream(url=ups.urls["beta"].replace("://", "://user:pw@"), api_key_env="BETA_KEY")
+        answer = await gw.complete(PAYLOAD, [("beta", with_user)], CFG, stream=False)
+        assert answer.llm == "beta" and not answer.tried
+        assert ups.calls("beta")["authorization"] == "Basic dXNlcjpwdw=="  # user:pw
         await gw.close()
     run(go())
 

@@ -203,19 +203,23 @@ class Gateway:
         """One try. What a failure says names neither the upstream's URL (it may carry
         credentials) nor its answer's body (it may echo them): the kind, the status, the error type."""
         import aiohttp
+        from yarl import URL
         headers = {"accept": "text/event-stream" if stream else "application/json"}
         if up.api_key_env:
             key = os.environ.get(up.api_key_env)
             if not key:
                 raise Retryable("no_api_key", f"environment variable {up.api_key_env} (its API key) is not set")
             headers |= bearer(key)
+        url = URL(chat_url(up.url))
+        if url.user is not None:  # credentials in the URL are sent (Basic) in place of a key, as httpx did
+            headers.pop("authorization", None)
         connect = up.connect_timeout_s or config.connect_timeout_s
         read = up.read_timeout_s or config.read_timeout_s
         # connect: a pooled connection or a new one; sock_read: the longest silence while reading
         timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_read=read)
         start = time.perf_counter()
         try:  # the deadline of `complete` cancels this call; a TimeoutError here is aiohttp's own
-            response = await self.client.post(chat_url(up.url), json={**payload, "model": up.model or llm},
+            response = await self.client.post(url, json={**payload, "model": up.model or llm},
                                               headers=headers, timeout=timeout)
         except TimeoutError as e:
             raise Retryable("timeout", f"no answer within the timeout ({type(e).__name__})") from None
