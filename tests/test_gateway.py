@@ -124,6 +124,25 @@ def test_streaming_relays_the_upstreams_events_and_the_upstream_model_name(ups, 
     run(go())
 
 
+def test_the_environments_proxy_is_used_unless_no_proxy_names_the_host(ups, monkeypatch):
+    dead_proxy = f"http://127.0.0.1:{free_port()}"
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", dead_proxy)
+
+    async def ask():
+        gw = Gateway()
+        try:
+            return await gw.complete(PAYLOAD, [("alpha", Upstream(url=ups.urls["alpha"]))], CFG, stream=False)
+        finally:
+            await gw.close()
+    with pytest.raises(AllFailed) as e:  # through the proxy, which is not there
+        run(ask())
+    assert "cannot reach the upstream" in e.value.tried[0]["error"]
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    assert run(ask()).llm == "alpha"
+
+
 def test_a_missing_api_key_is_a_failure_that_falls_back(ups, monkeypatch):
     monkeypatch.delenv("NO_SUCH_KEY", raising=False)
 

@@ -126,19 +126,37 @@ class Gateway:
     event loop; `close` on shutdown)."""
 
     def __init__(self, metrics=None):
+        import urllib.request
+
         from .metrics import NoMetrics
         self.metrics = metrics or NoMetrics()
         self._client = None
         self.cooling: dict[str, float] = {}  # upstream URL -> until when it is tried last
+        # HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY, read once (80 us a request otherwise)
+        self.env_proxies = urllib.request.getproxies_environment()
+        self._proxy_of: dict[tuple, str | None] = {}
 
     @property
     def client(self):
         if self._client is None:
             import aiohttp
-            # trust_env: HTTP(S)_PROXY and NO_PROXY apply, as they do for other HTTP clients
-            self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512), trust_env=True,
+            # not trust_env: it would look for a ~/.netrc on every request (in a thread); proxies: proxy_for
+            self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512),
                                                  timeout=aiohttp.ClientTimeout(total=None))
         return self._client
+
+    def proxy_for(self, url) -> str | None:
+        """The proxy the environment names for `url` (a yarl URL), as urllib, requests and httpx read
+        it: the scheme's (else ALL_PROXY's) unless NO_PROXY covers the host."""
+        import urllib.request
+        origin = (url.scheme, url.host, url.port)
+        if origin not in self._proxy_of:
+            if len(self._proxy_of) >= 1024:  # origins come from the settings; bounded all the same
+                self._proxy_of.clear()
+            bypass = urllib.request.proxy_bypass_environment(url.host or "", self.env_proxies)
+            self._proxy_of[origin] = None if bypass else (self.env_proxies.get(url.scheme)
+                                                          or self.env_proxies.get("all"))
+        return self._proxy_of[origin]
 
     async def close(self) -> None:
         if self._client is not None:
@@ -220,7 +238,7 @@ class Gateway:
         start = time.perf_counter()
         try:  # the deadline of `complete` cancels this call; a TimeoutError here is aiohttp's own
             response = await self.client.post(url, json={**payload, "model": up.model or llm},
-                                              headers=headers, timeout=timeout)
+                                              headers=headers, timeout=timeout, proxy=self.proxy_for(url))
         except TimeoutError as e:
             raise Retryable("timeout", f"no answer within the timeout ({type(e).__name__})") from None
         except aiohttp.ClientError as e:
