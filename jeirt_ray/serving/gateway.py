@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import time
+import urllib.request
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import AsyncIterator
@@ -126,8 +127,6 @@ class Gateway:
     event loop; `close` on shutdown)."""
 
     def __init__(self, metrics=None):
-        import urllib.request
-
         from .metrics import NoMetrics
         self.metrics = metrics or NoMetrics()
         self._client = None
@@ -148,7 +147,6 @@ class Gateway:
     def proxy_for(self, url) -> str | None:
         """The proxy the environment names for `url` (a yarl URL), as urllib, requests and httpx read
         it: the scheme's (else ALL_PROXY's) unless NO_PROXY covers the host."""
-        import urllib.request
         origin = (url.scheme, url.host, url.port)
         if origin not in self._proxy_of:
             if len(self._proxy_of) >= 1024:  # origins come from the settings; bounded all the same
