@@ -143,6 +143,7 @@ def test_an_answer_key_grades_the_logged_answers_it_can_and_counts_the_rest(tmp_
             for r, (q, a, _) in zip(_rows(3), asked)]
     rows += [dict(r, query="an unkeyed question", answer="B", answered_by="a", status=200) for r in _rows(1)]
     rows += [dict(r, answered_by=None, status=502) for r in _rows(1)]
+    rows[0].update(chosen="b", propensity=0.25)  # an explored choice that answered; the others fell back to b
     log.append(rows)
     log.close()
     key_file = tmp_path / "key.csv"
@@ -154,6 +155,8 @@ def test_an_answer_key_grades_the_logged_answers_it_can_and_counts_the_rest(tmp_
     graded = {g["id"]: g for g in store.since()}
     assert [graded[r["id"]]["score"] for r in rows[:3]] == [label for *_, label in asked]
     assert all(g["source"] == "key" and g["llm"] == "b" and len(g["embedding"]) == 2 for g in graded.values())
+    # as POST /v1/feedback keeps it: the policy's probability where its choice answered
+    assert [graded[r["id"]]["propensity"] for r in rows[:3]] == [0.25, None, None]
     assert grade_with_key(AnswerKey.read(key_file), questions, store, str(tmp_path / "log"))["unchanged"] == 3
 
     data = tmp_path / "qs.csv"  # the CLI: the questions' texts from a file
@@ -249,7 +252,7 @@ def test_jeirt_shadow_estimates_the_challengers_value_from_the_graded_traffic(tm
         log = DecisionLog(LogSettings(root=where))
         log.append(rows)
         log.close()
-    out = compare_shadow(root, db, source="key")
+    out = compare_shadow(root, db, sources="key")
     assert out["compared"] == 1500 and out["graded_not_compared"] == 0 and out["explored"] == 1500
     assert abs(out["agreement"] - 0.3) < 0.05
     assert abs(out["served"]["mean"] - 0.59) < 0.04
@@ -299,7 +302,7 @@ def test_jeirt_shadow_estimates_the_challengers_value_from_the_graded_traffic(tm
     evidence = json.loads(registry.resolve("models:/m@champion").tags["shadow_evidence"])
     assert evidence["served"] == "m/1" and evidence["challenger_minus_served_dr_ci95"][0] > 0.1
     run = CliRunner().invoke(app, ["shadow", "--decisions", root, "--db", db, "--source", "crowd"])
-    assert run.exit_code == 2 and "--source must be one of" in run.output
+    assert run.exit_code == 2 and "unknown source(s) ['crowd']: choose among user, judge, key" in run.output
 
 
 WRITER = """
@@ -326,10 +329,12 @@ def test_a_process_killed_while_logging_loses_at_most_its_last_flush_interval(tm
     root = tmp_path / "log"
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], stdout=subprocess.PIPE, text=True)
     try:
+        first = proc.stdout.readline()  # writing (importing jeirt_ray alone takes seconds here)
         time.sleep(4.0)
         killed_at = time.time()
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate(timeout=30)
+        out = first + out
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -336,8 +336,23 @@ def test_jeirt_learn_promotes_only_what_held_out_grades_show_better(world, tmp_p
             for k in np.flatnonzero(~np.isnan(labels[i])):
                 store.add(Grade(ids(), float(labels[i, k]), "key", llm=space.model_names[k],
                                 encoder=space.encoder_id, embedding=prep.X[q]))
+        class Racing(SpaceRegistry):  # another promotion (of the first space again) lands meanwhile
+            def register(self, learned, name, metrics=None):
+                version = super().register(learned, name, metrics)
+                self.promote(name, super().register(space, name), "champion")
+                return version
+        racing = Racing()
+        with pytest.raises(LookupError, match="fb@champion moved from version 1 to 3 meanwhile; version 2 was "
+                                              "registered but not promoted"):
+            learn("models:/fb@champion", feedback_url=url, registry=racing)
+        assert str(reg.resolve("models:/fb@champion").version) == "3"  # the other promotion stands
+        with pytest.raises(ValueError, match="models:/fb/1 is a pinned version.*--no-promote"):
+            learn("models:/fb/1", feedback_url=url)
         out = learn("models:/fb@champion", feedback_url=url)
         assert out["promoted"] and out["alias"] == "champion" and out["log_loss_gain_ci95"][0] > 0, out
+        assert out["value_gain_ips_ci95"][1] >= 0 and out["sources"] == ["user", "judge", "key"]
+        with pytest.raises(ValueError, match="0 usable grades from user"):  # every grade here is an answer key's
+            learn("models:/fb/1", register="fb", feedback_url=url, sources="user", promote=False)
         assert str(reg.resolve("models:/fb@champion").version) == out["registered"].rsplit("/", 1)[1]
         promoted = reg.load("models:/fb@champion")
         assert promoted.metadata["feedback_seq"] == store.count()  # replicas serving it start after these
@@ -358,13 +373,13 @@ def test_jeirt_learn_promotes_only_what_held_out_grades_show_better(world, tmp_p
             for k in range(len(space.model_names)):
                 store.add(Grade(ids(), float(rng.random() < p[i, k]), "user", llm=space.model_names[k],
                                 encoder=space.encoder_id, embedding=prep.X[q]))
-        out = learn("models:/fb/1", register="fb", feedback_url=url)
-        assert not out["promoted"] and out["alias"] == "challenger"
+        out = learn("models:/fb/1", register="fb", feedback_url=url, promote=False)
+        assert not out["better"] and not out["promoted"] and out["alias"] == "challenger"
         assert str(reg.resolve("models:/fb@champion").version) != out["registered"].rsplit("/", 1)[1]
 
         few = FeedbackStore(f"sqlite:///{tmp_path / 'few.db'}")
         few.add(Grade(new_id(), 1.0, llm=space.model_names[0], encoder=space.encoder_id, embedding=prep.X[0]))
-        run = CliRunner().invoke(app, ["learn", "--space", "models:/fb/1", "--since", "12h", "--db",
+        run = CliRunner().invoke(app, ["learn", "--space", "models:/fb/1", "--no-promote", "--since", "12h", "--db",
                                        f"sqlite:///{tmp_path / 'few.db'}"])
         assert run.exit_code == 2 and "1 usable grades" in run.output and "collect more feedback" in run.output
         for since, message in ((["--since", "7x"], "--since takes a duration such as 7d"),
@@ -474,3 +489,16 @@ def test_the_simulation_keeps_a_benchmark_to_train_on_and_its_oracle_takes_the_b
                         labels=np.array([[0.6, 0.9, np.nan], [1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]),
                         costs=np.array([[0.0, 1.0, 0.0], [3.0, 1.0, 2.0], [3.0, 1.0, 2.0]]))
     assert sim.hindsight(stream)["oracle"]["chosen"].tolist() == [1, 2, 1]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"explore": 1.5}, "explore must be a share from 0 to 1, not 1.5"),
+    ({"explore": float("nan")}, "explore must be a share"), ({"explore": "0.1"}, "explore must be a share"),
+    ({"explore_usd_per_1k": -1}, "explore_usd_per_1k must be USD from 0"),
+    ({"cost_weight": float("inf")}, "cost_weight must be USD per unit"), ({"seed": -1}, "seed must be a whole number"),
+    ({"seed": 1.5}, "seed must be a whole number"),
+])
+def test_a_learner_refuses_bad_numbers_naming_the_argument(world, kwargs, message):
+    import jeirt_ray as jr
+    with pytest.raises(ValueError, match=f"Learner: {message}"):
+        jr.Space.from_core(world["space"]).learner(**kwargs)

@@ -197,6 +197,29 @@ def test_decisions_are_logged_and_graded_once_per_source(service, registry):
     assert TOKEN not in written and texts[1][:40] not in written
 
 
+def test_feedback_stamped_in_the_future_cannot_stall_a_replica(service, registry):
+    """Ids stamped 55 s ahead are refused at once (they used to sleep ~56 s in the replica's worker
+    threads, which key checks and routes share); ids 3 s ahead (clock skew) wait at most flush_s + 1 s,
+    on the event loop. Twenty of them in flight, a chat still answers within a second."""
+    from jeirt_ray.feedback import new_id
+    _, _, prep = registry
+    ahead = [new_id(time.time() + 55) for _ in range(10)] + [new_id(time.time() + 3) for _ in range(10)]
+
+    def send(decision_id):
+        return httpx.post(f"{service}/v1/feedback", json={"id": decision_id, "score": 1}, headers=ADMIN,
+                          timeout=120).status_code
+    with concurrent.futures.ThreadPoolExecutor(len(ahead)) as pool:
+        sent = [pool.submit(send, i) for i in ahead]
+        time.sleep(0.5)  # in the replicas by now
+        start = time.perf_counter()
+        chat = httpx.post(f"{service}/v1/chat/completions", timeout=30, json={
+            "model": "auto", "messages": [{"role": "user", "content": str(prep.data.texts[2])}]})
+        took = time.perf_counter() - start
+        codes = [f.result() for f in sent]
+    assert chat.status_code == 200 and took < 1.0, (chat.status_code, took)
+    assert codes == [404] * len(ahead)
+
+
 def _shadow_rows(decision_id: str) -> list[dict]:
     import pyarrow.parquet as pq
 
@@ -375,25 +398,34 @@ def broken_champion(reg, good: str, service: str):
 
 
 def test_concurrent_onboardings_keep_each_others_models(service, registry):
+    """Each builds on what @champion serves and promotes only over that version (compare-and-set),
+    so the champion ends with both LLMs and every earlier one; onboarding an LLM the space has
+    already is a 409 unless `replace` says so."""
     reg, _, prep = registry
     data = prep.data
     auth = {"authorization": f"Bearer {TOKEN}"}
 
-    def onboard(name, m):
+    def onboard(name, m, **extra):
         mine = data.m_idx == m
         responses = [{"question_id": str(data.question_ids[q]), "label": float(y)}
                      for q, y in zip(data.q_idx[mine][:200], data.labels[mine][:200])]
-        return httpx.post(f"{service}/v1/onboard", headers=auth, timeout=120,
-                          json={"model": name, "responses": responses})
+        for _ in range(3):  # a 409 from the compare-and-set says: run again on what the alias serves now
+            r = httpx.post(f"{service}/v1/onboard", headers=auth, timeout=120,
+                           json={"model": name, "responses": responses, "promote": True, **extra})
+            if r.status_code != 409 or "moved" not in r.text:
+                return r
+        return r
 
-    before = reg.load(f"models:/{NAME}/{max(v['version'] for v in reg.versions(NAME))}").model_names
+    before = reg.load(f"models:/{NAME}@champion").model_names
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         results = list(pool.map(onboard, ["twin-a", "twin-b"], [1, 2]))
     assert all(r.status_code == 200 for r in results), [r.text for r in results]
-    latest = max(v["version"] for v in reg.versions(NAME))
-    names = reg.load(f"models:/{NAME}/{latest}").model_names
+    names = reg.load(f"models:/{NAME}@champion").model_names
     assert {"twin-a", "twin-b", *before} <= set(names)  # each kept the other's and every earlier LLM
     assert np.isfinite(results[0].json()["fit_seconds"])
+    again = onboard("twin-a", 3)
+    assert again.status_code == 409 and "replace" in again.json()["error"], again.text
+    assert onboard("twin-a", 3, replace=True).status_code == 200
 
 
 def _under_load(service, during, concurrency=4, after_s=2.0, answered=None):
@@ -435,7 +467,7 @@ def test_killing_a_replica_under_load_fails_at_most_the_requests_in_flight(servi
     from ray.util.state import list_actors
 
     def alive():
-        return {a.name for a in list_actors(filters=[("state", "=", "ALIVE")])
+        return {a.name for a in list_actors(address=ray.get_runtime_context().gcs_address, filters=[("state", "=", "ALIVE")])
                 if a.class_name == f"ServeReplica:jeirt:{deployment}"}
 
     killed_at = []
@@ -525,7 +557,7 @@ def test_schema_driven_fuzzer_finds_nothing(service, auth):
     assert summary and " passed" in summary[-1]
 
 
-def test_onboarding_builds_on_the_newest_version_this_service_can_serve(registry):
+def test_onboarding_builds_on_the_served_version_never_one_of_another_encoder(registry):
     """A newer version trained on another encoder is passed over (its encoder would spread to the
     onboarded version, which no router of this service could serve)."""
     import asyncio

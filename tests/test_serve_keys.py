@@ -87,6 +87,38 @@ def test_every_route_needs_a_key_with_its_scope(world):
     assert httpx.post(f"{url}/v1/onboard", json={}, headers=chatter, timeout=30).status_code == 403
 
 
+def test_feedback_is_bound_to_the_key_that_routed_and_the_sources_it_may_claim(world):
+    """A tenant grades only its own decisions (another key's are 404, as if unknown), only as the
+    sources its key was made for (403), only the LLM that answered (409), and never a decision whose
+    answer failed (409); the admin token may grade any of them, as any source."""
+    url, names = world["url"], world["names"]
+    mine, other = key(world, "chat,feedback"), key(world, "chat,feedback")
+    judge = {"authorization": f"Bearer {world['store'].create('test-judge', 'feedback', sources='judge')[1]}"}
+    admin = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+    answered = httpx.post(f"{url}/v1/chat/completions", headers=mine, timeout=60, json={
+        "model": "auto", "candidates": names[3:5], "messages": [{"role": "user", "content": "What is 2 + 2?"}]})
+    assert answered.status_code == 200, answered.text
+    decision, llm = answered.headers["x-jeirt-request-id"], answered.json()["model"]
+    not_llm = next(n for n in names[3:5] if n != llm)
+
+    def grade(headers, decision_id=decision, **body):
+        return httpx.post(f"{url}/v1/feedback", json={"id": decision_id, "score": 1, **body}, headers=headers,
+                          timeout=30)
+    assert grade(other).status_code == 404 and grade(judge, source="judge").status_code == 404
+    forbidden = grade(mine, source="judge")
+    assert forbidden.status_code == 403 and "--sources" in forbidden.json()["error"]
+    assert grade(mine, llm=not_llm).status_code == 409
+    ok = grade(mine)
+    assert ok.status_code == 200 and ok.json()["source"] == "user" and ok.json()["llm"] == llm, ok.text
+    assert grade(admin, source="judge", llm=not_llm).status_code == 200
+    failed = chat(world, mine, names[0])  # its one upstream answers 500 (max_tries 1)
+    assert failed.status_code >= 500
+    refused = grade(mine, failed.headers["x-jeirt-request-id"])
+    assert refused.status_code == 409 and "nothing to grade" in refused.json()["error"], refused.text
+    me = httpx.get(f"{url}/v1/keys/me", headers=judge, timeout=30).json()
+    assert me["sources"] == ["judge"]
+
+
 def test_an_over_budget_key_gets_429_and_its_upstream_sees_nothing(world):
     """Prices of $1 a token: the first answer (8 tokens) spends the $5 day at once; the next
     request is refused before any upstream is asked."""

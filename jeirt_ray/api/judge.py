@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ..feedback.graders import COLUMNS, read_log
+from ..feedback.graders import COLUMNS, logged_propensity, read_log
 from ..feedback.log import in_share as sampled
 from ..feedback.store import Conflict, FeedbackStore, Grade
 from .endpoint import Endpoint
@@ -74,7 +74,8 @@ def judge_log(endpoint: Endpoint, store: FeedbackStore, root: str | None = None,
         r = rows[asked.question_id]
         try:
             store.add(Grade(r["id"], score, "judge", r["query_index"] or 0, llm=r["answered_by"], space=r["space"],
-                            encoder=r["encoder"], embedding=r["embedding"], comment=f"judge {endpoint.model}"))
+                            encoder=r["encoder"], embedding=r["embedding"], comment=f"judge {endpoint.model}",
+                            propensity=logged_propensity(r)))
             counts["recorded"] += 1
         except Conflict:
             counts["conflict"] += 1

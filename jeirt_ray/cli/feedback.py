@@ -159,16 +159,27 @@ def learn(space: str = typer.Option(..., "--space", help="the champion, models:/
           db: Optional[str] = typer.Option(None, "--db", help="the feedback database (default JEIRT_FEEDBACK_URL, "
                                                               "else SQLite at $JEIRT_HOME/feedback.db)"),
           workers: int = typer.Option(1, "--workers", min=1, help="Ray actors (a CPU each) that share out the LLMs "
-                                                                  "(default 1: in this process); the same result")):
+                                                                  "(default 1: in this process); the same result"),
+          sources: str = typer.Option("user,judge,key", "--sources", help="the grades to trust, comma-separated "
+                                                                          "(user, judge, key)"),
+          promote: bool = typer.Option(True, "--promote/--no-promote", help="move @champion when shown better "
+                                       "(--no-promote: register as @challenger whatever the verdict; needed to "
+                                       "learn from a pinned version models:/NAME/N)")):
     """Learn a challenger from the feedback, register it, and move @champion to it only when the
-    held-out grades show it better (else @challenger); the evidence is in the version's tags."""
+    held-out grades show it better and its routing value does not fall (else @challenger), and only
+    if @champion still points at the version compared; the evidence is in the version's tags."""
     from ..api.learn import learn as learn_job
     with expected_failures(prefix="learn: "):
-        out = learn_job(space, days_since(since, since_days, 7.0), register, db, workers=workers)
+        out = learn_job(space, days_since(since, since_days, 7.0), register, db, workers=workers, sources=sources,
+                        promote=promote)
     lo, hi = out["log_loss_gain_ci95"]
-    verdict = "[green]promoted to @champion[/green]" if out["promoted"] else "[yellow]@challenger (not shown better)[/yellow]"
-    console.print(f"{out['registered']}: learned {out['grades_learned']} grades, held out {out['grades_held_out']}; "
-                  f"log-loss gain {out['log_loss_gain']:+.4f} [{lo:+.4f}, {hi:+.4f}]; {verdict}", highlight=False,
+    vlo, vhi = out["value_gain_ips_ci95"]
+    verdict = ("[green]promoted to @champion[/green]" if out["promoted"] else
+               "[yellow]@challenger (shown better; --no-promote)[/yellow]" if out["better"] else
+               "[yellow]@challenger (not shown better)[/yellow]")
+    console.print(f"{out['registered']}: learned {out['grades_learned']} grades from {','.join(out['sources'])}, held "
+                  f"out {out['grades_held_out']}; log-loss gain {out['log_loss_gain']:+.4f} [{lo:+.4f}, {hi:+.4f}], "
+                  f"routing value {out['value_gain_ips']:+.4f} [{vlo:+.4f}, {vhi:+.4f}]; {verdict}", highlight=False,
                   soft_wrap=True)
 
 
@@ -178,8 +189,9 @@ def shadow(decisions: Optional[str] = typer.Option(None, "--decisions", help="th
                                                                "else SQLite at $JEIRT_HOME/feedback.db)"),
            since: Optional[str] = since_opt("the decisions and grades", "7d"),
            since_days: Optional[float] = OldSinceOpt,
-           source: Optional[str] = typer.Option(None, "--source", help="only this source's grades (user, judge, "
-                                                                       "key); default: a decision's grades averaged"),
+           sources: Optional[str] = typer.Option(None, "--sources", "--source", help="only these sources' grades, "
+                                                 "comma-separated (user, judge, key); default: every source's, a "
+                                                 "decision's grades averaged"),
            promote_to: Optional[str] = typer.Option(None, "--promote", help="move this alias (the one served, e.g. "
                                                     "champion) to the challenger's version when the interval shows "
                                                     "it better; the evidence goes in the version's tags"),
@@ -190,11 +202,8 @@ def shadow(decisions: Optional[str] = typer.Option(None, "--decisions", help="th
     import json
 
     from ..feedback.shadow import compare_shadow, promote
-    from ..feedback.store import SOURCES
     with expected_failures(prefix="shadow: "):
-        if source is not None and source not in SOURCES:
-            raise ValueError(f"--source must be one of {', '.join(SOURCES)}, not {source!r}")
-        out = compare_shadow(decisions, db, days_since(since, since_days, 7.0), source)
+        out = compare_shadow(decisions, db, days_since(since, since_days, 7.0), sources)
         if promote_to is not None:
             out["promotion"] = promote(out, promote_to)
     if as_json:

@@ -43,12 +43,16 @@ def keys_create(name: str = typer.Option(..., "--name", help="who or what uses t
                                                                       "usage)"),
                 usd_per_day: Optional[float] = typer.Option(None, "--usd-per-day", help="spend per UTC day"),
                 usd_per_month: Optional[float] = typer.Option(None, "--usd-per-month", help="spend per UTC month"),
+                sources: str = typer.Option("user", "--sources", help="what this key's grades (POST /v1/feedback) may "
+                                            "say they come from, comma-separated: user, judge, key (the graders' own "
+                                            "keys); admin keys may claim any"),
                 db: Optional[str] = DbOpt):
     """Create a key; the key itself is printed alone on the last line, this once (it is stored hashed)."""
     with _store(db) as store:
-        key, secret = store.create(name, scopes, rpm, tpm, usd_per_day, usd_per_month)
+        key, secret = store.create(name, scopes, rpm, tpm, usd_per_day, usd_per_month, sources=sources)
     limits = ", ".join(f"{k} {v:g}" for k, v in key.limits().items() if v is not None) or "no limits"
-    console.print(f"key {key.id} ({key.name}): scopes {','.join(key.scopes)}; {limits}. Keep it now, it is not "
+    grades = f"; grades as {','.join(key.sources)}" if "feedback" in key.scopes or "admin" in key.scopes else ""
+    console.print(f"key {key.id} ({key.name}): scopes {','.join(key.scopes)}{grades}; {limits}. Keep it now, it is not "
                   "shown again:", highlight=False, soft_wrap=True)
     typer.echo(secret)
 

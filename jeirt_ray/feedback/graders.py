@@ -18,7 +18,14 @@ from ..data.answer_key import AnswerKey
 from .log import days, filesystem
 from .store import Conflict, FeedbackStore, Grade
 
-COLUMNS = ["id", "query_index", "space", "answered_by", "status", "encoder", "embedding", "query", "answer"]
+COLUMNS = ["id", "query_index", "space", "answered_by", "chosen", "propensity", "status", "encoder", "embedding",
+           "query", "answer"]
+
+
+def logged_propensity(row: dict) -> float | None:
+    """The logged probability of the LLM that answered, as POST /v1/feedback keeps it: the policy's
+    for its choice; none where a fallback answered instead (learning/offpolicy.py reads none as 1)."""
+    return row.get("propensity") if row.get("answered_by") == row.get("chosen") else None
 
 
 def read_log(root: str | None = None, since_days: float | None = None, columns: list[str] | None = None,
@@ -63,7 +70,7 @@ def grade_with_key(key: AnswerKey, question_of: dict[str, str], store: FeedbackS
         try:
             counts[store.add(Grade(r["id"], label, "key", r["query_index"] or 0, llm=r["answered_by"],
                                    space=r["space"], encoder=r["encoder"], embedding=r["embedding"],
-                                   comment=f"answer key: {qid}"))] += 1
+                                   comment=f"answer key: {qid}", propensity=logged_propensity(r)))] += 1
         except Conflict:
             counts["conflict"] += 1
     return counts

@@ -10,40 +10,81 @@ from pathlib import Path
 from typing import Callable
 
 from ..data import DataError
-from ..routing.router import NotFound
+from ..routing.router import NotFound, RequestError
 from .log import ID_PATTERN, id_time
 from .store import SOURCES, Conflict, FeedbackStore, Grade
 
 LOOKUP_COLUMNS = ["id", "query_index", "space", "candidates", "chosen", "propensity", "answered_by", "encoder",
-                  "embedding"]
+                  "embedding", "key_id", "status"]
 LATE_S = 1.0  # a write's own time, beyond the writer's flush interval
+FUTURE_S = 5.0  # an id stamped further ahead than this (clock skew between replicas) is not one a router made
 COLUMNS = ("id", "score", "source", "query_index", "llm", "comment")
+
+
+class Forbidden(RequestError):
+    """A grade this caller may not give (HTTP 403)."""
+    status = 403
+
+
+def decision_age(decision_id: str, retention_days: float = 30.0) -> float:
+    """Seconds since the decision was made (its id carries its time); NotFound for an id older than
+    the log keeps, or stamped in the future beyond clock skew (no router made it)."""
+    age = time.time() - id_time(decision_id)
+    if age > retention_days * 86400:
+        raise NotFound(f"decision {decision_id} is older than the log's retention ({retention_days:g} days)")
+    if age < -FUTURE_S:
+        raise NotFound(f"no decision {decision_id}: its id is not one a router made")
+    return age
+
+
+def late_wait_s(age: float, flush_s: float | None) -> float:
+    """How long to wait for a decision made `age` seconds ago that the log does not show yet (its
+    replica writes every `flush_s`): never more than flush_s + LATE_S."""
+    if not flush_s:
+        return 0.0
+    return max(0.0, min(flush_s + LATE_S, flush_s + LATE_S - age))
 
 
 def record_grade(store: FeedbackStore, lookup: Callable[[str, list[str]], list[dict]], decision_id: str,
                  score: float, source: str = "user", query_index: int = 0, llm: str | None = None,
                  key_id: str | None = None, comment: str | None = None, retention_days: float = 30.0,
-                 flush_s: float | None = None) -> dict:
+                 flush_s: float | None = None, owner: str | None = None, any_llm: bool = True) -> dict:
     """Record one grade: `lookup(id, columns)` gives the decision's logged rows (a decision made
     less than `flush_s` + 1 s ago is waited for, as its replica may not have written it yet).
-    NotFound for a decision the log does not hold, Conflict for another score from the same source or an LLM
-    the decision did not weigh; else {id, query_index, source, llm, status}."""
-    age = time.time() - id_time(decision_id)
-    if age > retention_days * 86400:
-        raise NotFound(f"decision {decision_id} is older than the log's retention ({retention_days:g} days)")
-    if age < -60:  # ids carry their time
-        raise NotFound(f"no decision {decision_id}: its id is not one a router made")
+    See `grade_rows` for the checks and what is returned."""
+    age = decision_age(decision_id, retention_days)
     rows = lookup(decision_id, LOOKUP_COLUMNS)
-    if not rows and flush_s and age < flush_s + LATE_S:  # another replica may not have written it yet
-        time.sleep(flush_s + LATE_S - age)
+    if not rows and (wait := late_wait_s(age, flush_s)):  # another replica may not have written it yet
+        time.sleep(wait)
         rows = lookup(decision_id, LOOKUP_COLUMNS)
+    return grade_rows(store, rows, decision_id, score, source, query_index, llm, key_id, comment, owner, any_llm)
+
+
+def grade_rows(store: FeedbackStore, rows: list[dict], decision_id: str, score: float, source: str = "user",
+               query_index: int = 0, llm: str | None = None, key_id: str | None = None,
+               comment: str | None = None, owner: str | None = None, any_llm: bool = True) -> dict:
+    """Record a grade of the decision whose logged `rows` are given. `owner`: the key the decision
+    must have been routed under (None: any, for admins and the CLI); `any_llm` False: only the LLM
+    that answered may be graded. NotFound for a decision the log does not hold (or another key's),
+    Conflict for another score from the same source, an LLM the decision did not weigh (or that did
+    not answer), or a decision whose answer failed; else {id, query_index, source, llm, status}."""
     row = next((r for r in rows if (r.get("query_index") or 0) == query_index), None)
+    if row is not None and owner is not None and row.get("key_id") != owner:
+        row = None  # another key's decision is not this caller's to grade, nor to learn of
     if row is None:
-        raise NotFound(f"no decision {decision_id}" + (f" query {query_index}" if rows else "") + " in the log")
-    llm = llm or row.get("answered_by") or row["chosen"]
+        raise NotFound(f"no decision {decision_id}" + (f" query {query_index}" if rows else "") + " in the log"
+                       + (" routed under this key" if owner is not None else ""))
+    if (row.get("status") or 200) >= 400:
+        raise Conflict(f"decision {decision_id} answered {row['status']}: no LLM answered, so there is nothing "
+                       f"to grade")
+    answered = row.get("answered_by") or row["chosen"]
+    llm = llm or answered
     if llm not in (row.get("candidates") or []):
         raise Conflict(f"decision {decision_id} did not weigh {llm!r}; its candidates were "
                        f"{(row.get('candidates') or [])[:10]}")
+    if not any_llm and llm != answered:
+        raise Conflict(f"decision {decision_id} was answered by {answered!r}, not {llm!r}: a grade names the LLM "
+                       f"that answered (an admin key may grade any candidate)")
     status = store.add(Grade(decision_id, score, source, query_index, llm=llm, space=row.get("space"), key_id=key_id,
                              encoder=row.get("encoder"), embedding=row.get("embedding"), comment=comment,
                              propensity=row.get("propensity") if llm == row["chosen"] else None))

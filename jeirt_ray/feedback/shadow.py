@@ -20,26 +20,28 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..experiments.online_sim import paired_ci
+from ..core.intervals import mean_ci
 from ..learning.offpolicy import decision_values, evaluate_policy
 from ..tracking.registry import SpaceRegistry
 from .graders import read_log
 from .log import shadow_root
-from .store import FeedbackStore
+from .store import FeedbackStore, check_sources
 
 COLUMNS = ["id", "query_index", "space", "candidates", "p_correct", "chosen", "propensity"]
 
 
 def compare_shadow(root: str | None = None, feedback_url: str | None = None, since_days: float = 7.0,
-                   source: str | None = None) -> dict:
-    """The comparison on the last `since_days` (grades from `source` only, else the mean of a
-    decision's grades): a dict of counts, estimates and `better` (the paired interval above 0)."""
+                   sources=None) -> dict:
+    """The comparison on the last `since_days` (a decision's grades from `sources` averaged: a
+    comma-separated string or a list of user, judge, key; none: every source): a dict of counts,
+    estimates and `better` (the paired interval above 0)."""
+    sources = None if sources is None else check_sources(sources)
     try:
         shadow = _by_key(read_log(shadow_root(root), since_days, ["id", "query_index", "space", "chosen"]).to_pylist())
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{e}: no shadow decisions to compare; set the Router's user_config.shadow "
                                 f"(alias, share) and let graded traffic through") from None
-    grades = _grades(FeedbackStore(feedback_url), time.time() - since_days * 86400, source, set(shadow))
+    grades = _grades(FeedbackStore(feedback_url), time.time() - since_days * 86400, sources, set(shadow))
     graded_ids = sorted({k[0] for k in grades})
     served = _by_key(r for r in read_log(root, since_days, COLUMNS, ids=graded_ids).to_pylist()
                      if (r["id"], r["query_index"] or 0) in grades)
@@ -71,15 +73,15 @@ def compare_shadow(root: str | None = None, feedback_url: str | None = None, sin
     target, model, reward = _padded(target), _padded(model), np.asarray(reward)
     challenger = evaluate_policy(chosen, propensity, reward, target, reward_model=model)
     parts, _ = decision_values(chosen, propensity, reward, target, model)
-    lo, hi = paired_ci(parts["dr"], reward)
+    lo, hi = mean_ci(parts["dr"] - reward)  # one row per decision
     return {"compared": n, "graded_not_compared": len(grades) - n, "agreement": agree / n, "unsupported": unsupported,
             "explored": int(np.sum(np.asarray(propensity) < 1)),
             "served_space": sorted(spaces["served"]), "challenger_space": sorted(spaces["challenger"]),
-            "served": {"mean": float(reward.mean()), "ci95": list(paired_ci(reward, np.zeros(n)))},
+            "served": {"mean": float(reward.mean()), "ci95": mean_ci(reward)},
             "challenger": {k: challenger[k] for k in ("ips", "ips_ci95", "snips", "snips_ci95", "dr", "dr_ci95")},
             "challenger_minus_served_dr": float((parts["dr"] - reward).mean()),
             "challenger_minus_served_dr_ci95": [float(lo), float(hi)], "better": bool(lo > 0),
-            "since_days": since_days, "source": source}
+            "since_days": since_days, "sources": None if sources is None else list(sources)}
 
 
 def promote(out: dict, alias: str = "champion", registry: SpaceRegistry | None = None) -> dict:
@@ -104,9 +106,9 @@ def promote(out: dict, alias: str = "champion", registry: SpaceRegistry | None =
     if f"{name}/{current.version}" != served:
         raise ValueError(f"models:/{name}@{alias} is version {current.version}, not the served {served} that the "
                          f"challenger was compared with: compare again on the traffic since it moved")
-    registry.promote(name, int(version), alias)
+    registry.promote(name, int(version), alias, expected=int(current.version))  # compare-and-set
     evidence = {k: out[k] for k in ("compared", "agreement", "explored", "challenger_minus_served_dr",
-                                    "challenger_minus_served_dr_ci95", "since_days", "source")}
+                                    "challenger_minus_served_dr_ci95", "since_days", "sources")}
     registry.client.set_model_version_tag(name, version, "shadow_evidence",
                                           json.dumps({"served": served, **evidence})[:4000])
     return {**report, "promoted": True}
@@ -122,7 +124,7 @@ def _by_key(rows) -> dict:
     return {(r["id"], r["query_index"] or 0): r for r in rows}
 
 
-def _grades(store: FeedbackStore, cutoff: float, source: str | None, keys: set) -> dict:
+def _grades(store: FeedbackStore, cutoff: float, sources: tuple[str, ...] | None, keys: set) -> dict:
     """{(id, query_index): (mean score, the LLM graded, its propensity)} of the decisions in `keys`."""
     scores, what = defaultdict(list), {}
     seq = 0
@@ -130,7 +132,7 @@ def _grades(store: FeedbackStore, cutoff: float, source: str | None, keys: set) 
         seq = rows[-1]["seq"]
         for r in rows:
             key = (r["id"], r["query_index"])
-            if r["time"] < cutoff or key not in keys or (source is not None and r["source"] != source):
+            if r["time"] < cutoff or key not in keys or (sources is not None and r["source"] not in sources):
                 continue
             scores[key].append(r["score"])
             what[key] = (r["llm"], r["propensity"])

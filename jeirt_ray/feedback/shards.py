@@ -4,8 +4,10 @@ own LLMs from the feedback store and applies the online update to their vectors,
 Each LLM's posterior is updated by its own grades only (learning/online.py), so shards that split
 the LLMs reach exactly the vectors one process reaches, and run side by side: in this process
 (one shard) or as Ray actors, one CPU each, on whatever cluster `init_ray` joins. A shard keeps its
-first `max_held` held-out grades (by decision id, feedback/log.in_share) for the comparison, and
-learns them once the comparison is made (`learn_held`).
+held-out grades (a share of the decisions fixed by their ids, feedback/log.in_share, sized so that
+about `max_held` are expected) for the comparison, learns every other grade at once, and learns the
+held-out ones once the comparison is made (`learn_held`): no grade is dropped, and which are held
+out does not depend on how the LLMs are shared out.
 """
 
 from __future__ import annotations
@@ -18,38 +20,39 @@ from .log import in_share
 from .store import FeedbackStore
 
 CHUNK = 10_000  # rows read at a time
-DTYPES = {"seq": np.int64, "x": np.float32, "llm": np.int64, "y": np.float64, "p": np.float64}  # of the held-out sample
+DTYPES = {"seq": np.int64, "x": np.float32, "llm": np.int64, "y": np.float64, "p": np.float64,
+          "id": object}  # of the held-out sample
 
 
 class ShardLearner:
     def __init__(self, space, llms: list[str], url: str | None, after: int, upto: int, min_time: float,
-                 holdout: float, max_held: int):
+                 held_share: float, sources: tuple[str, ...] | None = None):
         self.space, self.llms = space, llms
         self.store = FeedbackStore(url)
         self.window = (after, upto, min_time)
-        self.holdout, self.max_held = holdout, max_held
+        self.held_share, self.sources = held_share, sources
         self.state = OnlineState(space, **LOOP_DEFAULTS)
         self.cols = [space.model_names.index(n) for n in llms]
-        self.held: dict[str, list] = {"seq": [], "x": [], "llm": [], "y": [], "p": []}
+        self.held: dict[str, list] = {k: [] for k in DTYPES}
 
     def learn(self) -> dict:
         """Learn the grades not held out; the held-out sample, counts, and the learned vectors."""
         after, upto, min_time = self.window
         index = {n: i for i, n in enumerate(self.space.model_names)}
         n_learn = n_held = 0
-        while rows := self.store.learnable(after, upto, self.llms, self.space.encoder_id, min_time, CHUNK):
+        while rows := self.store.learnable(after, upto, self.llms, self.space.encoder_id, min_time, CHUNK,
+                                           sources=self.sources):
             after = rows[-1]["seq"]
             rows = [r for r in rows if len(r["embedding"]) == self.space.in_dim]
             learn = []
             for r in rows:
-                if not in_share(r["id"], self.holdout):
+                if not in_share(r["id"], self.held_share):
                     learn.append(r)
                     continue
                 n_held += 1
-                if len(self.held["y"]) < self.max_held:
-                    for k, v in (("seq", r["seq"]), ("x", r["embedding"]), ("llm", index[r["llm"]]),
-                                 ("y", r["score"]), ("p", r["propensity"] or 1.0)):  # none logged: deterministic
-                        self.held[k].append(v)
+                for k, v in (("seq", r["seq"]), ("x", r["embedding"]), ("llm", index[r["llm"]]), ("y", r["score"]),
+                             ("p", r["propensity"] or 1.0), ("id", r["id"])):  # no propensity logged: deterministic
+                    self.held[k].append(v)
             n_learn += len(learn)
             if learn:
                 self.state.update_in_order(outcomes_of(learn, index))

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from ..core import paths
 from ..core.secrets import redact
-from ..core.sql import create_tables
+from ..core.sql import add_new_columns, create_tables
 from ..routing import router
 
 FEEDBACK_URL_ENV = "JEIRT_FEEDBACK_URL"
@@ -80,7 +80,7 @@ class FeedbackStore:
         try:
             self.engine = sa.create_engine(url, pool_pre_ping=True)
             create_tables(_meta, self.engine)
-            _add_new_columns(self.engine)
+            add_new_columns(_feedback, self.engine)  # propensity came later
         except Exception as e:  # the URL may hold a password: never show it
             raise RuntimeError(f"the feedback database cannot be opened: {redact(str(e))[:300]}") from None
         self._lock = threading.Lock()  # SQLite: one writer at a time in this process
@@ -114,30 +114,32 @@ class FeedbackStore:
         return _decoded(rows)
 
     def learnable(self, after: int, upto: int, llms: list[str], encoder: str, min_time: float,
-                  limit: int = 10_000) -> list[dict]:
+                  limit: int = 10_000, sources: tuple[str, ...] | None = None) -> list[dict]:
         """Like `since`, only the rows in (after, upto] that grade one of `llms` on a query encoded
-        by `encoder` with its vector kept, from `min_time` on: what a learner of those LLMs reads."""
+        by `encoder` with its vector kept, from `min_time` on (and from `sources`, where given):
+        what a learner of those LLMs reads."""
         f = _feedback.c
         with self.engine.connect() as c:
             rows = c.execute(sa.select(f.seq, f.id, f.llm, f.score, f.embedding, f.propensity).where(
                 f.seq > after, f.seq <= upto, f.time >= min_time, f.llm.in_(llms), f.encoder == encoder,
-                f.embedding.is_not(None)).order_by(f.seq).limit(limit)).mappings().all()
+                f.embedding.is_not(None), *_from(sources)).order_by(f.seq).limit(limit)).mappings().all()
         return _decoded(rows)
 
-    def window(self, after: int, min_time: float) -> tuple[int, int]:
+    def window(self, after: int, min_time: float, sources: tuple[str, ...] | None = None) -> tuple[int, int]:
         """(the last row's seq, the rows after `after` from `min_time` on): what a learner may read."""
         f = _feedback.c
         with self.engine.connect() as c:
             last = max(int(c.execute(sa.select(sa.func.max(f.seq))).scalar() or 0), after)
-            n = c.execute(sa.select(sa.func.count()).where(f.seq > after, f.seq <= last, f.time >= min_time)).scalar()
+            n = c.execute(sa.select(sa.func.count()).where(f.seq > after, f.seq <= last, f.time >= min_time,
+                                                            *_from(sources))).scalar()
         return last, int(n)
 
-    def per_llm(self, after: int, upto: int, min_time: float) -> dict[str, int]:
+    def per_llm(self, after: int, upto: int, min_time: float, sources: tuple[str, ...] | None = None) -> dict[str, int]:
         """Rows per graded LLM in (after, upto] from `min_time` on (to share the LLMs out evenly)."""
         f = _feedback.c
         with self.engine.connect() as c:
-            rows = c.execute(sa.select(f.llm, sa.func.count()).where(f.seq > after, f.seq <= upto, f.time >= min_time)
-                             .group_by(f.llm)).all()
+            rows = c.execute(sa.select(f.llm, sa.func.count()).where(f.seq > after, f.seq <= upto, f.time >= min_time,
+                                                                     *_from(sources)).group_by(f.llm)).all()
         return {llm: int(n) for llm, n in rows if llm is not None}
 
     def graded(self, keys: list[str], source: str) -> set[str]:
@@ -162,16 +164,16 @@ def _decoded(rows) -> list[dict]:
             for r in rows]
 
 
-def _add_new_columns(engine) -> None:
-    """A store made before a nullable column existed gets it (`propensity`: its old rows null)."""
-    def have():
-        return {c["name"] for c in sa.inspect(engine).get_columns(_feedback.name)}
-    for column in _feedback.columns:
-        if column.name not in have():
-            try:
-                with engine.begin() as c:
-                    c.execute(sa.text(f"ALTER TABLE {_feedback.name} ADD COLUMN {column.name} "
-                                      f"{column.type.compile(engine.dialect)}"))
-            except sa.exc.DBAPIError:
-                if column.name not in have():  # else another replica added it first
-                    raise
+def _from(sources: tuple[str, ...] | None) -> list:
+    """The WHERE clause keeping only the grades of `sources` (none: every source)."""
+    return [] if sources is None else [_feedback.c.source.in_(list(sources))]
+
+
+def check_sources(sources) -> tuple[str, ...]:
+    """`sources` (a comma-separated string or a list) as a tuple of known sources, in SOURCES' order."""
+    given = [s.strip() for s in (sources.split(",") if isinstance(sources, str) else sources) if s.strip()]
+    bad = [s for s in given if s not in SOURCES]
+    if bad or not given:
+        raise ValueError(f"unknown source(s) {bad}: choose among {', '.join(SOURCES)}" if bad else
+                         f"name at least one source: {', '.join(SOURCES)}")
+    return tuple(s for s in SOURCES if s in given)

@@ -20,6 +20,7 @@ their methods call lives in other modules or above them in this one.
 # body types as real objects, not strings
 import asyncio
 import functools
+import logging
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from fastapi import Header, HTTPException, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse
 from ray import serve
 
+from ..core.secrets import redact
 from ..encoders import make_encoder
 from ..routing.decisions import PolicyName
 from ..routing.router import RequestError
@@ -51,6 +53,7 @@ from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, FeedbackReq
 from .settings import AppArgs, DecisionsConfig, RouterConfig
 
 STATIC = Path(__file__).with_name("static")
+log = logging.getLogger("jeirt.serve")
 
 
 @functools.cache
@@ -196,16 +199,23 @@ class Router:
     @api.post("/v1/feedback", response_model=FeedbackResponse, responses={
         **ERRORS, 404: {"model": ErrorBody, "description": "no such decision in the log (unknown, older than its "
                                                              "retention, or not written yet)"},
-        409: {"model": ErrorBody, "description": "this source graded this decision before with another score, or "
-                                                 "the decision did not weigh the LLM named"}}, **scoped("feedback"))
+        409: {"model": ErrorBody, "description": "this source graded this decision before with another score, the "
+                                                 "LLM named did not answer it, or its answer failed"},
+        503: {"model": ErrorBody, "description": "the feedback store or the decision log cannot be used now "
+                                                 "(Retry-After); nothing was recorded"}}, **scoped("feedback"))
     async def feedback(self, body: FeedbackRequest, request: Request = None) -> dict:
         """Grade a routed answer (its `x-jeirt-request-id`): 1 good, 0 bad, or between; recorded
-        once per decision and source (a repeat with the same score changes nothing)."""
+        once per decision and source (a repeat with the same score changes nothing). A key grades
+        only the decisions routed under it, as the sources it was made for (admin keys: any)."""
         key = request.scope.get(KEY_SCOPE) if request is not None else None
         try:
             return await self.recorder.grade(body, key)
         except RequestError as e:
             raise HTTPException(e.status, str(e))
+        except Exception as e:  # the store or the log's filesystem failing: the client may retry
+            log.warning("feedback not recorded: %s", redact(f"{type(e).__name__}: {e}")[:300])
+            raise HTTPException(503, "the feedback store cannot be used now; nothing was recorded: retry shortly",
+                                headers={"Retry-After": "5"}) from None
 
     @api.post("/v1/chat/completions", response_model=None, responses=CHAT_RESPONSES, **scoped("chat"))
     # the headers are optional, but never null: their types say what a present header holds

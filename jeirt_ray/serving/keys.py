@@ -28,7 +28,8 @@ import sqlalchemy as sa
 
 from ..core import paths
 from ..core.secrets import redact
-from ..core.sql import create_tables
+from ..core.sql import add_new_columns, create_tables
+from ..feedback.store import SOURCES, check_sources
 
 SCOPES = ("route", "chat", "feedback", "onboard", "explore", "admin")
 KEYS_URL_ENV = "JEIRT_KEYS_URL"
@@ -43,7 +44,9 @@ _keys = sa.Table(
     sa.Column("scopes", sa.String(200), nullable=False),
     sa.Column("rpm", sa.Integer), sa.Column("tpm", sa.Integer),
     sa.Column("usd_per_day", sa.Float), sa.Column("usd_per_month", sa.Float),
-    sa.Column("created", sa.Float, nullable=False), sa.Column("revoked", sa.Float))
+    sa.Column("created", sa.Float, nullable=False), sa.Column("revoked", sa.Float),
+    # the feedback sources a key may claim (comma-separated; null, for keys made before: user)
+    sa.Column("sources", sa.String(64)))
 # one row per key and period: "min:<minute since the epoch, 12 digits>", "day:<YYYY-MM-DD>",
 # "mon:<YYYY-MM>" (UTC; fixed widths, so that periods of a kind sort as strings)
 _usage = sa.Table(
@@ -74,21 +77,27 @@ class Key:
     usd_per_month: float | None = None
     created: float = 0.0
     revoked: float | None = None
+    sources: tuple[str, ...] = ("user",)
 
     def allows(self, scope: str) -> bool:
         return "admin" in self.scopes or scope in self.scopes
+
+    def may_claim(self, source: str) -> bool:
+        """Whether this key's grades may say they come from `source` (admin keys: any)."""
+        return "admin" in self.scopes or source in self.sources
 
     def limits(self) -> dict:
         return {"rpm": self.rpm, "tpm": self.tpm, "usd_per_day": self.usd_per_day, "usd_per_month": self.usd_per_month}
 
     def public(self) -> dict:
-        return {"id": self.id, "name": self.name, "scopes": list(self.scopes), **self.limits(),
+        return {"id": self.id, "name": self.name, "scopes": list(self.scopes), "sources": list(self.sources),
+                **self.limits(),
                 "created": dt.datetime.fromtimestamp(self.created, dt.timezone.utc).isoformat(timespec="seconds"),
                 "revoked": None if self.revoked is None else
                 dt.datetime.fromtimestamp(self.revoked, dt.timezone.utc).isoformat(timespec="seconds")}
 
 
-ADMIN_TOKEN_KEY = Key(id="admin-token", name="JEIRT_API_TOKEN", scopes=("admin",))
+ADMIN_TOKEN_KEY = Key(id="admin-token", name="JEIRT_API_TOKEN", scopes=("admin",), sources=SOURCES)
 
 
 @dataclass
@@ -157,13 +166,16 @@ class KeyStore:
             with self._lock:
                 if not self._ready:
                     create_tables(_meta, self.engine)
+                    add_new_columns(_keys, self.engine)  # sources came later
                     self._ready = True
         return self.engine.begin()
 
     # ---- administration --------------------------------------------------------------------------
     def create(self, name: str, scopes, rpm: int | None = None, tpm: int | None = None,
-               usd_per_day: float | None = None, usd_per_month: float | None = None) -> tuple[Key, str]:
-        """A new key: (its record, the key itself, shown this once)."""
+               usd_per_day: float | None = None, usd_per_month: float | None = None,
+               sources="user") -> tuple[Key, str]:
+        """A new key: (its record, the key itself, shown this once). `sources`: what its grades may
+        say they come from (user; judge and key for the graders' own keys)."""
         if not name or not name.strip():
             raise ValueError("a key needs a --name (who or what uses it)")
         for label, value in (("rpm", rpm), ("tpm", tpm), ("usd_per_day", usd_per_day), ("usd_per_month", usd_per_month)):
@@ -171,11 +183,13 @@ class KeyStore:
                 raise ValueError(f"{label} must be >= 0, not {value!r}")
         key_id = secrets.token_hex(4)
         secret = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
-        record = Key(key_id, name.strip(), check_scopes(scopes), rpm, tpm, usd_per_day, usd_per_month, time.time())
+        record = Key(key_id, name.strip(), check_scopes(scopes), rpm, tpm, usd_per_day, usd_per_month, time.time(),
+                     sources=check_sources(sources))
         with self._begin() as c:
             c.execute(_keys.insert().values(id=record.id, name=record.name, hash=digest(secret),
                                             scopes=",".join(record.scopes), rpm=rpm, tpm=tpm, usd_per_day=usd_per_day,
-                                            usd_per_month=usd_per_month, created=record.created))
+                                            usd_per_month=usd_per_month, created=record.created,
+                                            sources=",".join(record.sources)))
         return record, secret
 
     def list(self, revoked: bool = False) -> list[Key]:
@@ -320,7 +334,7 @@ class KeyStore:
 
 def _key(row) -> Key:
     return Key(row.id, row.name, tuple(row.scopes.split(",")), row.rpm, row.tpm, row.usd_per_day, row.usd_per_month,
-               row.created, row.revoked)
+               row.created, row.revoked, tuple((row.sources or "user").split(",")))
 
 
 def _sqlite_pragmas(connection, _record) -> None:

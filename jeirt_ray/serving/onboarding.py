@@ -1,8 +1,11 @@
 """Onboarding as a service, a plain class (the Onboarder deployment wraps it): fit a new LLM's
-vector on the LATEST registered version that this service can serve (not the alias; a version
-trained on another encoder is passed over, so it never spreads), register the result as a new
-version and optionally move the alias. One request at a time, so concurrent onboardings each
-land in a version that keeps the others' models."""
+vector on the version that the served alias (`@champion`) points at, register the result as a
+new version and, when asked, move the alias to it, but only if the alias has not moved meanwhile
+(compare-and-set: an LLM onboarded by another request, or a promotion by `jeirt learn`, is never
+taken out of serving). Where the alias is not set, or its version cannot serve here (another
+encoder, or a broken upload), the newest version that can is the base. One request at a time per
+replica; across replicas, the compare-and-set refuses the later promotion with a 409 to retry.
+An LLM the space has already is refitted only with `replace: true`, as in the CLI and Python."""
 
 from __future__ import annotations
 
@@ -14,9 +17,9 @@ import numpy as np
 
 from ..routing.router import Conflict, NotFound, RequestError
 from .live import RegistryUnreachable
+from .schemas import OnboardRequest
 
 log = logging.getLogger("jeirt.serve")
-from .schemas import OnboardRequest
 
 
 LOCK_WAIT_S = 60.0  # how long an onboarding waits for the one before it (each registers a version in turn)
@@ -72,11 +75,17 @@ class OnboardingService:
     def _onboard(self, req: OnboardRequest, text_vectors: np.ndarray | None) -> dict:
         from ..model.onboarding import onboard
         from ..routing.prices import record_onboarded
-        servable = [v for v in self.registry.versions(self.model)  # newest first
-                    if v["tags"].get("encoder_id", self.encoder_id) == self.encoder_id]
+        from ..tracking.registry import AliasMoved
+        versions = self.registry.versions(self.model)  # newest first
+        servable = [v for v in versions if v["tags"].get("encoder_id", self.encoder_id) == self.encoder_id]
         if not servable:
             raise Conflict(f"no version of {self.model} was trained on this service's encoder {self.encoder_id!r}")
-        space, latest = self._newest_loadable(servable)
+        served = next((v for v in servable if self.alias in v["aliases"]), None)
+        expected = next((v["version"] for v in versions if self.alias in v["aliases"]), None)
+        space, latest = self._newest_loadable(([served] if served else []) + [v for v in servable if v is not served])
+        if req.model in space.model_names and not req.replace:
+            raise Conflict(f"version {latest} of {self.model} has an LLM named {req.model!r} already; send "
+                           f"\"replace\": true to refit its vector from these answers, or choose another name")
         if space.question_embeddings is None:
             raise Conflict(f"version {latest} of {self.model} stores no question embeddings; onboard "
                            f"by 'text' or retrain it with this version of jeirt")
@@ -100,7 +109,10 @@ class OnboardingService:
         metrics = {f"onboard.{k}": v for k, v in result.report.get("heldout", {}).items()}
         version = self.registry.register(result.space, self.model, metrics)
         if req.promote:
-            self.registry.promote(self.model, version, self.alias)
+            try:
+                self.registry.promote(self.model, version, self.alias, expected=expected)
+            except AliasMoved as e:
+                raise Conflict(str(e)) from None
         report = {**result.report, "version": version, "based_on_version": latest,
                   "promoted_to": self.alias if req.promote else None}
         if "heldout" in report:  # an AUC on one class is NaN, which JSON cannot carry

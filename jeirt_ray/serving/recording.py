@@ -9,14 +9,19 @@ and latency."""
 from __future__ import annotations
 
 import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..feedback.grades import record_grade
+from ..feedback.grades import LOOKUP_COLUMNS, Forbidden, decision_age, grade_rows, late_wait_s
 from ..feedback.log import DecisionLog, new_id
 from ..feedback.store import Conflict, FeedbackStore
 from ..routing.router import NotFound
 from .settings import DecisionsConfig
+
+
+FEEDBACK_THREADS = 2
 
 
 class Recorder:
@@ -24,8 +29,11 @@ class Recorder:
         self.config, self.metrics, self.encoder_id = config, metrics, encoder_id
         self.log = DecisionLog(config.log_settings()) if config.enabled else None
         self._store: FeedbackStore | None = None  # opened at the first feedback
+        # the log's and the store's blocking calls, bounded and apart from the replica's other threads
+        self._threads = ThreadPoolExecutor(FEEDBACK_THREADS, thread_name_prefix="jeirt-feedback")
 
     def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
         if self.log is not None:
             self.log.close()
 
@@ -59,19 +67,35 @@ class Recorder:
 
     async def grade(self, body, key) -> dict:
         """Record a FeedbackRequest (feedback/grades.py): NotFound (404) for a decision the log
-        does not hold, Conflict (409) for another score from the same source or an LLM the
-        decision did not weigh."""
+        does not hold or that another key routed, Conflict (409) for another score from the same
+        source, an LLM that did not answer (admin keys: one the decision did not weigh), or a
+        decision whose answer failed; Forbidden (403) for a source the key may not claim. `key`
+        None: the open mode (loopback only), trusted like an admin. A decision not written yet is
+        waited for on the event loop (at most flush_s + 1 s); the store's calls run on the
+        recorder's own threads, apart from the key checks and routes."""
         if self.log is None:
             raise NotFound("this service keeps no decision log (user_config.decisions.enabled is false), so it "
                            "takes no feedback")
-        if self._store is None:
-            self._store = await asyncio.to_thread(FeedbackStore, self.config.feedback_url)
+        admin = key is None or key.allows("admin")
+        source = body.source or ("user" if admin or key.may_claim("user") else key.sources[0])
+        if not admin and not key.may_claim(source):
+            self.metrics.feedback(source, "forbidden")
+            raise Forbidden(f"this key's grades may come from {', '.join(key.sources)}, not {source!r}: an admin "
+                            f"makes grader keys with `jeirt keys create --sources judge` (or key)")
+        loop = asyncio.get_running_loop()
         try:
-            out = await asyncio.to_thread(
-                record_grade, self._store, self.log.lookup, body.id, body.score, body.source, body.query_index,
-                body.llm, getattr(key, "id", None), body.comment, self.config.retention_days, self.config.flush_s)
+            age = decision_age(body.id, self.config.retention_days)
+            rows = await loop.run_in_executor(self._threads, self.log.lookup, body.id, LOOKUP_COLUMNS)
+            if not rows and (wait := late_wait_s(age, self.config.flush_s)):  # not written yet by its replica
+                await asyncio.sleep(wait)
+                rows = await loop.run_in_executor(self._threads, self.log.lookup, body.id, LOOKUP_COLUMNS)
+            if self._store is None:
+                self._store = await loop.run_in_executor(self._threads, FeedbackStore, self.config.feedback_url)
+            out = await loop.run_in_executor(self._threads, functools.partial(
+                grade_rows, self._store, rows, body.id, body.score, source, body.query_index, body.llm,
+                getattr(key, "id", None), body.comment, owner=None if admin else key.id, any_llm=admin))
         except (NotFound, Conflict) as e:
-            self.metrics.feedback(body.source, "unknown" if isinstance(e, NotFound) else "conflict")
+            self.metrics.feedback(source, "unknown" if isinstance(e, NotFound) else "conflict")
             raise
-        self.metrics.feedback(body.source, out["status"])
+        self.metrics.feedback(source, out["status"])
         return out

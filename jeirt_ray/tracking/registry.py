@@ -21,6 +21,10 @@ __all__ = ["SpaceRegistry", "default_tracking_uri", "unreachable"]
 _URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
 
 
+class AliasMoved(LookupError):
+    """An alias moved between reading it and promoting over it (compare-and-set failed)."""
+
+
 def unreachable(error: BaseException) -> bool:
     """Whether `error` (or what caused it) says the registry could not be reached at all (no
     connection, a timeout, retries exhausted), rather than that it answered no."""
@@ -83,9 +87,29 @@ class SpaceRegistry(Tracker):
                                                    run_id=run.info.run_id, tags=tags)
         return int(version.version)
 
-    def promote(self, name: str, version: int, alias: str = "champion") -> None:
+    def promote(self, name: str, version: int, alias: str = "champion", expected: int | None = None) -> None:
+        """Point `name@alias` at `version`. With `expected` (compare-and-set): only while the alias
+        still points at that version (re-read just before the move), else AliasMoved and nothing
+        changes, so a version built on what the alias served never replaces a newer one (an LLM
+        onboarded meanwhile would vanish from serving). MLflow has no atomic swap: the window left
+        is that of two calls, not of the build."""
         self.resolve(f"models:/{name}/{version}")  # a LookupError naming the fix on an unknown version
+        if expected is not None:
+            now = self.alias_version(name, alias)
+            if now != int(expected):
+                raise AliasMoved(f"{name}@{alias} moved from version {expected} to {now} meanwhile; version "
+                                 f"{version} was registered but not promoted: run again on what {alias} serves now")
         self.client.set_registered_model_alias(name, alias, str(version))
+
+    def alias_version(self, name: str, alias: str) -> int | None:
+        """The version `name@alias` points at, or None where the alias is not set."""
+        from mlflow.exceptions import MlflowException
+        try:
+            return int(self.client.get_model_version_by_alias(name, alias).version)
+        except MlflowException as e:
+            if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE") and not unreachable(e):
+                return None
+            raise
 
     def _model(self, name: str):
         from mlflow.exceptions import MlflowException

@@ -41,6 +41,7 @@ class OnboardRequest(BaseModel):
     model: str = Field(min_length=1, max_length=200)
     responses: list[Response] = Field(min_length=1, max_length=MAX_RESPONSES)
     promote: StrictBool = False
+    replace: StrictBool = Field(False, description="refit an LLM that the space has already (without: 409)")
     holdout: float = Field(0.2, ge=0, lt=1)
     suggest: int = Field(10, ge=0, le=1000)
     price_usd_per_mtok: Prices = Field(None, min_length=2, max_length=2, description="the new LLM's USD per "

@@ -88,6 +88,7 @@ class KeyResponse(BaseModel):
     id: str
     name: str
     scopes: list[str]
+    sources: list[str] = Field(description="what its grades (POST /v1/feedback) may say they come from")
     rpm: int | None
     tpm: int | None
     usd_per_day: float | None
