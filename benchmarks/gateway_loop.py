@@ -155,7 +155,7 @@ def kill_a_router(timeout_s: float = 120.0) -> dict:
     from ray.util.state import list_actors
 
     def alive():
-        return {a.name for a in list_actors(filters=[("state", "=", "ALIVE")])
+        return {a.name for a in list_actors(address=ray.get_runtime_context().gcs_address, filters=[("state", "=", "ALIVE")])
                 if a.class_name == "ServeReplica:jeirt:Router"}
     before, start, at = alive(), time.monotonic(), time.time()
     ray.kill(ray.get_actor(sorted(before)[0], namespace="serve"), no_restart=True)

@@ -25,9 +25,10 @@ from _serving import drive, registered_space, service, summary, test_texts
 
 def serve_processes() -> dict[str, int]:
     """{label: pid} of Serve's controller, proxy and replicas."""
+    import ray
     from ray.util.state import list_actors
     out = {}
-    for a in list_actors(filters=[("state", "=", "ALIVE")]):
+    for a in list_actors(address=ray.get_runtime_context().gcs_address, filters=[("state", "=", "ALIVE")]):
         if a.class_name.startswith(("ServeController", "ProxyActor", "ServeReplica")):
             out[f"{a.class_name.replace('ServeReplica:', '')}#{a.pid}"] = a.pid
     return out

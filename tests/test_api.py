@@ -60,6 +60,8 @@ def test_onboard_returns_a_new_space_and_leaves_the_old_one(space, data):
         space.onboard("x", ids[:2], [0.5, 2])
     with pytest.raises(ValueError, match="2 questions but 1 labels"):
         space.onboard("x", ids[:2], [1])
+    with pytest.raises(ValueError, match=r"is given twice \(at 0 and 2\)"):
+        space.onboard("x", ids[:2] + ids[:1], [1, 0, 0])
 
 
 def test_evaluate_jeirt_and_mf_on_the_plain_path(data):

@@ -58,7 +58,8 @@ def _finish(proc, timeout: float) -> str:
 
 def _actors_on(node_id: str, class_prefix: str) -> list:
     from ray.util.state import list_actors
-    return [a for a in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
+    return [a for a in list_actors(address=ray.get_runtime_context().gcs_address, filters=[("state", "=", "ALIVE")],
+                                   limit=1000)
             if a.class_name.startswith(class_prefix) and a.node_id == node_id]
 
 
@@ -195,7 +196,8 @@ def _spread_routers(replicas: int):
 
 def _routers() -> list:
     from ray.util.state import list_actors
-    return [a for a in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
+    return [a for a in list_actors(address=ray.get_runtime_context().gcs_address, filters=[("state", "=", "ALIVE")],
+                                   limit=1000)
             if a.class_name == "ServeReplica:jeirt:Router"]
 
 

@@ -182,3 +182,11 @@ def test_pyirt_round_trip_and_the_texts_it_needs(tmp_path):
 def test_near_duplicate_names():
     assert near_duplicate_names(["meta-llama/Llama-3-8B", "llama_3_8b", "gpt-4o", "GPT4o", "mistral"]) == \
         [["GPT4o", "gpt-4o"], ["llama_3_8b", "meta-llama/Llama-3-8B"]]
+
+
+def test_a_missing_folder_is_named_as_missing(tmp_path):
+    from jeirt_ray.data import DataError
+    from jeirt_ray.data.importers import import_results
+    for fmt in ("harness", "helm", "lighteval"):
+        with pytest.raises(DataError, match=f"nope: no such file or folder: give the folder .* of {fmt} results"):
+            import_results(fmt, tmp_path / "nope")

@@ -102,6 +102,19 @@ def test_serve_config_unknown_keys_and_bad_values():
     raw["applications"][0]["deployments"][0]["user_config"]["encoder_batch_wait_s"] = 5
     assert check_serve_config(raw) == ["application 'jeirt' deployment Router user_config.encoder_batch_wait_s: "
                                        "Input should be less than or equal to 1"]
+    # numbers that are not finite, an upstream without a scheme, a price file that is not there, an
+    # empty log path: each one line before anything starts (each used to start and fail later)
+    for edit, message in (({"learning": {"enabled": True, "prior_var": float("inf")}}, "learning.prior_var: Input "
+                           "should be a finite number"),
+                          ({"upstreams": {"a": "127.0.0.1:8001/v1"}}, "upstreams: Value error, upstream of 'a': "
+                           "'127.0.0.1:8001/v1' is not an http:// or https:// URL"),
+                          ({"prices": "/no/such/prices.csv"}, "prices: Value error, the price table "
+                           "'/no/such/prices.csv' does not exist"),
+                          ({"decisions": {"path": ""}}, "decisions.path: String should have at least 1 character")):
+        raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
+        raw["applications"][0]["deployments"][0]["user_config"].update(edit)
+        problems = check_serve_config(raw)
+        assert len(problems) == 1 and message in problems[0], (edit, problems)
     raw = yaml.safe_load((ROOT / "deployments" / "production.yaml").read_text())
     encoder = next(d for d in raw["applications"][0]["deployments"] if d["name"] == "Encoder")
     encoder["user_config"] = {"batch_wait_s": 0.005}

@@ -22,7 +22,6 @@ from ..learning.online import OnlineState, Outcomes
 from ..routing.router import NotFound, RequestError
 
 
-
 class Learner:
     def __init__(self, space, *, prior_var: float = DEFAULTS["prior_var"],
                  residual_var: float = DEFAULTS["residual_var"], evidence: float = DEFAULTS["evidence"],
@@ -33,6 +32,16 @@ class Learner:
         (`rule`: thompson or ucb), `explore_usd_per_1k`: a cap on what exploring may add per 1,000
         queries; `cost_weight` (USD per unit of P(correct)) or `budget_per_1k` (a pacer that meets
         it on the traffic) trade accuracy against the space's prices."""
+        for arg, value, ok, want in (  # the posterior's own settings are checked by OnlineState
+                ("explore", explore, lambda v: 0 <= v <= 1, "a share from 0 to 1"),
+                ("explore_usd_per_1k", explore_usd_per_1k, lambda v: v is None or v >= 0, "USD from 0, or None"),
+                ("cost_weight", cost_weight, lambda v: v >= 0, "USD per unit of P(correct), from 0")):
+            number = value is None or (isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+                                       and np.isfinite(value))
+            if not number or not ok(value):
+                raise RequestError(f"Learner: {arg} must be {want}, not {value!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise RequestError(f"Learner: seed must be a whole number from 0, not {seed!r}")
         self.space = space
         self.state = state or OnlineState(space, prior_var, evidence, residual_var)
         pacer = None

@@ -178,6 +178,11 @@ class Space(CoreSpace):
             raise ValueError(f"Space.onboard: {len(questions)} questions but {len(labels)} labels")
         if not len(questions):
             raise ValueError("Space.onboard: no responses to onboard from")
+        seen: dict[str, int] = {}
+        for i, q in enumerate(questions):
+            if seen.setdefault(q, i) != i:
+                raise ValueError(f"Space.onboard: question {q[:80]!r} is given twice (at {seen[q]} and {i}); give "
+                                 f"each question once, with one label (a mean of several grades is fine)")
         if ((labels < 0) | (labels > 1) | np.isnan(labels)).any():
             bad = int(np.flatnonzero((labels < 0) | (labels > 1) | np.isnan(labels))[0])
             raise ValueError(f"Space.onboard: label {bad} is {float(labels[bad])!r}; labels must lie in [0, 1]")

@@ -81,7 +81,10 @@ def placement_report(config) -> dict[str, str]:
         return {}
     free = available_resources_per_node()
     alive = [n for n in ray.nodes() if n["Alive"]]
-    actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10000)
+    # the connected cluster's own address: without one the State API resolves "auto", which fails
+    # where other Ray instances run on the host, or reads a stranger's cluster where one does
+    actors = list_actors(address=ray.get_runtime_context().gcs_address, filters=[("state", "=", "ALIVE")],
+                         limit=10000)
     lines = {}
     for app, d in waiting:
         held = [a.node_id for a in actors if a.class_name == f"ServeReplica:{app.name}:{d.name}"]

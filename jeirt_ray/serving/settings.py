@@ -4,9 +4,11 @@ a typo in a Serve config is one line before anything deploys, not a setting sile
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..core.renamed import renamed_fields
 from ..encoders import DEFAULT_ENCODER
@@ -17,7 +19,7 @@ from ..routing.decisions import PolicyName
 class AppArgs(BaseModel):
     """The application's `args` (jeirt_ray.serving.app:build_app)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     model: str = Field(min_length=1, description="the registered space, served as models:/<model>@<alias>")
     encoder: str = Field(DEFAULT_ENCODER, description="the encoder the space was trained on, or models:/NAME@ALIAS "
                                                       "for the fine-tuned encoder saved with a registered space")
@@ -37,7 +39,7 @@ class Upstream(BaseModel):
     """Where the gateway sends an LLM's chat completions: an OpenAI-compatible base URL (vLLM, TGI,
     llama.cpp's server, Ollama, a hosted API)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     url: str = Field(pattern=r"^https?://", description="base URL; the gateway posts to <url>/chat/completions")
     model: str | None = Field(None, description="the model name the upstream expects (default: the LLM's name)")
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
@@ -51,7 +53,7 @@ class Upstream(BaseModel):
 class GatewayConfig(BaseModel):
     """How /v1/chat/completions calls upstreams."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     max_tries: int = Field(3, ge=1, le=20, description="LLMs tried per request: the chosen one, then the next "
                                                        "best by the same policy, on a connection error, a timeout "
                                                        "or a 5xx before the first byte")
@@ -71,7 +73,7 @@ class GatewayConfig(BaseModel):
 class PriceRow(BaseModel):
     """One LLM's price, USD per million tokens."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     input_usd_per_mtok: float = Field(ge=0)
     output_usd_per_mtok: float = Field(ge=0)
 
@@ -79,10 +81,10 @@ class PriceRow(BaseModel):
 class DecisionsConfig(BaseModel):
     """The decision log (feedback/log.py) and where feedback on it is kept."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     enabled: bool = Field(True, description="log every routed query (an id per request either way)")
-    path: str | None = Field(None, description="a folder or a URI pyarrow reaches (s3://bucket/prefix); default "
-                                               "$JEIRT_HOME/decisions")
+    path: str | None = Field(None, min_length=1, description="a folder or a URI pyarrow reaches (s3://bucket/prefix); "
+                                                            "default $JEIRT_HOME/decisions")
     log_queries: Literal["none", "embedding", "text"] = Field(
         "embedding", description="what of a query is kept: nothing, the encoder's vector (what learning needs), or "
                                  "the vector and the text")
@@ -105,7 +107,7 @@ class DecisionsConfig(BaseModel):
 class LearningConfig(BaseModel):
     """Learning from the feedback on this service's decisions (serving/learned.py)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     enabled: bool = Field(False, description="apply the feedback store's grades to the LLMs' vectors; every policy "
                                              "then reads the learned P(correct)")
     poll_s: float = Field(2.0, gt=0, le=300, description="how often each replica reads new feedback (every replica "
@@ -134,7 +136,7 @@ class ShadowConfig(BaseModel):
     """A challenger routing a share of the requests beside the served space, never acted on
     (serving/shadow.py): its decisions logged for `jeirt shadow` to compare on the graded traffic."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     alias: str = Field("challenger", min_length=1, description="the registry alias of the shadow space")
     share: float = Field(0.0, ge=0, le=1, description="the share of requests it also routes (0: off)")
 
@@ -142,7 +144,7 @@ class ShadowConfig(BaseModel):
 class RouterConfig(BaseModel):
     """The Router's `user_config`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     alias: str = Field("champion", min_length=1, description="the registry alias served")
     default_policy: PolicyName = "tuned"
     usd_per_call: dict[str, float] | None = Field(None, description="{LLM: USD per call, whatever the query} "
@@ -171,6 +173,21 @@ class RouterConfig(BaseModel):
     def _old_names(cls, data):
         return renamed_fields(data, {"costs": "usd_per_call"}, "the Router's user_config")
 
+    @field_validator("upstreams")
+    @classmethod
+    def _upstream_urls(cls, upstreams):
+        for llm, u in (upstreams or {}).items():
+            if isinstance(u, str) and not re.match(r"^https?://", u):
+                raise ValueError(f"upstream of {llm!r}: {u!r} is not an http:// or https:// URL")
+        return upstreams
+
+    @field_validator("prices")
+    @classmethod
+    def _price_file_exists(cls, prices):
+        if isinstance(prices, str) and not Path(prices).expanduser().is_file():
+            raise ValueError(f"the price table {prices!r} does not exist (a CSV, YAML or JSON file)")
+        return prices
+
     @model_validator(mode="after")
     def _shadow_needs_the_log(self):
         if self.shadow.share > 0 and not self.decisions.enabled:
@@ -197,14 +214,14 @@ class RouterConfig(BaseModel):
 class OnboarderConfig(BaseModel):
     """The Onboarder's `user_config`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     alias: str = Field("champion", min_length=1, description="the alias a promoting onboarding moves")
 
 
 class EncoderConfig(BaseModel):
     """The Encoder deployment's `user_config` (encoder_placement: deployment)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     batch_wait_s: float = Field(0.0, ge=0, le=1, description="how long a query waits for others to share its "
                                                              "encoder call (as the Router's encoder_batch_wait_s)")
 

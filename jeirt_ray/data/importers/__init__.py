@@ -63,6 +63,8 @@ def import_results(fmt: str, src: str | Path, *, harness: HarnessOptions | None 
     """(the dataset, a report: files, skipped items (each with where and why), per model the labels
     read and kept and where its name came from, the duplicate rule, near-duplicate model names)."""
     src = Path(src)
+    if not src.exists():
+        raise DataError(f"{src}: no such file or folder: give the folder (or file) of {fmt} results to import")
     if fmt == "harness":
         col = read_harness(src, harness, progress)
     elif fmt == "lighteval":
