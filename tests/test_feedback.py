@@ -1,5 +1,6 @@
 """The decision log and the feedback store, without Ray (feedback/)."""
 
+import tempfile
 import time
 
 import numpy as np
@@ -393,3 +394,41 @@ def test_stores_opened_at_once_on_a_new_database_all_open(tmp_path):
             stores = list(pool.map(lambda _: FeedbackStore(url), range(8)))
         assert stores[0].add(Grade(new_id(), 1.0, "key")) == "recorded"
         assert all(s.count() == 1 for s in stores)
+
+
+def test_a_log_storage_that_cannot_be_read_is_an_error_not_no_decision():
+    """An outage must not read as "no such decision" (a 404 clients would not retry): POST
+    /v1/feedback answers 503 for it."""
+    from jeirt_ray.feedback.log import find
+
+    class Down:
+        def get_file_info(self, selector):
+            raise OSError("When getting information for key 'log/day=...': AWS Error NETWORK_CONNECTION")
+    with pytest.raises(OSError, match="NETWORK_CONNECTION"):
+        find(Down(), "log", new_id())
+
+
+def test_a_row_that_commits_late_on_postgresql_is_read_not_skipped(postgres_url):
+    """Two writers: a row numbered first commits after the next one. A reader that moves its
+    cursor to the last row it read must not have passed it: rows written in the last settle_s
+    seconds wait for the next read (SQLite, one writer at a time, needs no wait)."""
+    import sqlalchemy as sa
+
+    from jeirt_ray.feedback import store as store_module
+    store = FeedbackStore(postgres_url)
+    store.settle_s = 1.0
+    start = store.window(0, 0.0)[0]
+    late = new_id()
+    with store.engine.connect() as c:
+        tx = c.begin()
+        c.execute(store_module._feedback.insert().values(id=late, query_index=0, source="user", score=1.0,
+                                                         time=time.time(), llm="a"))  # numbered, not committed
+        store.add(Grade(new_id(), 0.0, llm="b"))  # numbered after it, committed first
+        assert [r["llm"] for r in store.since(start)] == ["b"]  # what an unsettled reader would take and pass
+        assert store.since(start, settled=True) == []  # too recent to be sure nothing before it is committing
+        tx.commit()
+    time.sleep(1.2)
+    assert [r["llm"] for r in store.since(start, settled=True)] == ["a", "b"]
+    assert store.window(start, 0.0)[0] == start + 2
+    assert FeedbackStore(f"sqlite:///{tempfile.mkdtemp()}/f.db").settle_s == 0
+    assert isinstance(store_module._feedback.c.seq.type, sa.BigInteger)

@@ -20,7 +20,7 @@ from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
 from jeirt_ray.serving.keys import SCOPES, KeyStore
 
-from .conftest import serving
+from .conftest import serving, wait_for
 from .upstream import Upstreams
 
 NAME = "keys-test"
@@ -34,12 +34,15 @@ def world(tmp_path_factory, synthetic, postgres_url):
     ups = Upstreams()
     ups.start("good")
     ups.start("BODY-PLANTED", "--fail", "500")  # its error body names it
+    ups.start("nousage", "--no-usage")  # says nothing of its tokens
+    ups.start("slow", "--delay", "2")  # its first byte after 2 s
     prep = prepare(synthetic, HashingEncoder(384), progress=False)
     space = train_space(prep, TrainConfig(kind="jeirt", dim=16, lr=3e-3, max_epochs=40), members=1, progress=False)
     names = space.model_names
     bad_port = ups.urls["BODY-PLANTED"].split(":")[2].split("/")[0]
     upstreams = {n: ups.urls["good"] for n in names[1:]}
     upstreams[names[0]] = {"url": f"http://user:URL-PLANTED@127.0.0.1:{bad_port}/v1", "api_key_env": "PLANTED_KEY"}
+    upstreams[names[5]], upstreams[names[6]] = ups.urls["nousage"], ups.urls["slow"]
     prices = {n: {"input_usd_per_mtok": 1e6, "output_usd_per_mtok": 1e6} for n in names}  # $1 a token
 
     def edit(app):
@@ -149,6 +152,27 @@ def test_a_streamed_answer_counts_its_spend(world):
             break
         time.sleep(0.2)
     assert me["usage"]["usd_day"] == pytest.approx(8.0)
+
+
+def test_answers_without_usage_and_clients_that_leave_are_charged(world):
+    """An answer whose upstream reports no usage is charged its counted tokens; a client that
+    leaves before a slow upstream's first byte (2 s), asking a whole answer or a stream, is
+    charged all the same once the upstream answers."""
+    url, names = world["url"], world["names"]
+    silent = key(world, "chat", usd_per_day=1e6)
+    answered = chat(world, silent, names[5])
+    assert answered.status_code == 200 and float(answered.headers["x-jeirt-cost"]) > 0, answered.headers
+
+    def spent(headers):
+        return httpx.get(f"{url}/v1/keys/me", headers=headers, timeout=30).json()["usage"]["usd_day"]
+    for stream in (False, True):
+        leaver = key(world, "chat", usd_per_day=1e6)
+        body = {"model": "auto", "stream": stream, "candidates": [names[6]],
+                "messages": [{"role": "user", "content": "What is 2 + 2?"}]}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v1/chat/completions", json=body, headers=leaver, timeout=httpx.Timeout(30, read=0.5))
+        assert spent(leaver) == 0  # not answered yet
+        assert wait_for(lambda: spent(leaver) > 0, timeout=20), f"stream={stream}: never charged"
 
 
 def test_requests_per_minute_hold_across_two_replicas_under_16_clients(world):

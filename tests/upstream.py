@@ -7,7 +7,7 @@ and `data: [DONE]`. The text names the server and echoes the last user message, 
 tell who answered. `--fail CODE` answers that status instead; `--delay S` waits before the
 first byte; `--drip S` sends a non-streamed answer in 16 pieces S seconds apart; `--pad N` adds
 N characters to every answer; a stream asked with `stream_options.include_usage` ends with a
-usage chunk, as OpenAI's does (`--no-usage`: never, as some
+usage chunk, as OpenAI's does, and a JSON answer has its `usage` (`--no-usage`: neither, as some
 servers do). `GET /calls` counts the completions it was asked for, and `/headers` shows the last
 request's Authorization header (to check API keys are sent)."""
 
@@ -65,7 +65,7 @@ def make_app(name: str, fail: int | None = None, delay: float = 0.0, chunk_delay
             return {"id": cid, "object": "chat.completion", "created": created, "model": body.get("model"),
                     "choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": len(text.split()), "total_tokens": 1}}
+                    **({"usage": usage} if report_usage else {})}
 
         async def events():
             words = text.split(" ")

@@ -52,7 +52,7 @@ class FeedbackLearner:
         with self._lock:
             applied = 0
             while True:
-                rows = self.store.since(self.seq, limit)
+                rows = self.store.since(self.seq, limit, settled=True)
                 use = [r for r in rows if r["llm"] in self.index and r["embedding"] is not None
                        and r["encoder"] == self.encoder_id and len(r["embedding"]) == self.state.space.in_dim]
                 self.counts["skipped"] += len(rows) - len(use)

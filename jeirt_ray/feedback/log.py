@@ -254,13 +254,12 @@ def prune(fs: pafs.FileSystem, root: str, retention_days: float, now: float | No
 
 def find(fs: pafs.FileSystem, root: str, decision_id: str, columns: list[str] | None = None) -> list[dict]:
     """The logged rows of one decision (one per query of its request), read from the files whose
-    span of ids holds it; [] when none (unknown, expired, or not yet written)."""
+    span of ids holds it; [] when none (unknown, expired, or not yet written). A storage that
+    cannot be read raises (OSError): an outage is not "no such decision", which clients would not
+    retry (POST /v1/feedback answers 503)."""
     ms = int(decision_id[:12], 16)
     folder = f"{root}/day={_day(ms / 1000)}"
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-    except OSError:
-        return []
+    infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
     out = []
     for info in infos:
         m = FILE.match(info.base_name)

@@ -25,11 +25,13 @@ from ..routing import router
 
 FEEDBACK_URL_ENV = "JEIRT_FEEDBACK_URL"
 SOURCES = ("user", "judge", "key")  # a person's rating, an LLM judge's grade, an answer key's
+SETTLE_S = 5.0  # with concurrent writers (PostgreSQL): how long a row may take to commit
 
 _meta = sa.MetaData()
 _feedback = sa.Table(
     "jeirt_feedback", _meta,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    # 64-bit where the database has it (SQLite's rowid is 64-bit already and must be INTEGER to autoincrement)
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
     sa.Column("id", sa.String(28), nullable=False), sa.Column("query_index", sa.Integer, nullable=False),
     sa.Column("source", sa.String(16), nullable=False), sa.Column("score", sa.Float, nullable=False),
     sa.Column("time", sa.Float, nullable=False), sa.Column("llm", sa.String(200)),
@@ -84,6 +86,9 @@ class FeedbackStore:
         except Exception as e:  # the URL may hold a password: never show it
             raise RuntimeError(f"the feedback database cannot be opened: {redact(str(e))[:300]}") from None
         self._lock = threading.Lock()  # SQLite: one writer at a time in this process
+        # SQLite commits one writer at a time, in seq order; elsewhere a row may commit after one
+        # numbered after it, so readers leave the last SETTLE_S seconds for the next read
+        self.settle_s = 0.0 if self.engine.dialect.name == "sqlite" else SETTLE_S
 
     def add(self, g: Grade) -> str:
         """`recorded`, or `unchanged` for a repeat with the same score; Conflict for another score."""
@@ -106,11 +111,17 @@ class FeedbackStore:
         raise Conflict(f"decision {g.id} query {g.query_index} already has {g.source} feedback with another "
                        f"score; feedback is recorded once per decision and source")
 
-    def since(self, seq: int = 0, limit: int = 10_000) -> list[dict]:
-        """The rows after `seq`, in order (each with its `seq`; the embedding as float32)."""
+    def since(self, seq: int = 0, limit: int = 10_000, settled: bool = False) -> list[dict]:
+        """The rows after `seq`, in order (each with its `seq`; the embedding as float32). `settled`:
+        only up to the first row written in the last `settle_s` seconds, so that a reader that
+        moves its cursor past what it read never passes a row still committing (a writer whose
+        commit takes longer than that is the bound)."""
         with self.engine.connect() as c:
             rows = c.execute(sa.select(_feedback).where(_feedback.c.seq > seq).order_by(_feedback.c.seq)
                              .limit(limit)).mappings().all()
+        if settled and self.settle_s:
+            recent = time.time() - self.settle_s
+            rows = rows[:next((i for i, r in enumerate(rows) if r["time"] > recent), len(rows))]
         return _decoded(rows)
 
     def learnable(self, after: int, upto: int, llms: list[str], encoder: str, min_time: float,
@@ -129,7 +140,10 @@ class FeedbackStore:
         """(the last row's seq, the rows after `after` from `min_time` on): what a learner may read."""
         f = _feedback.c
         with self.engine.connect() as c:
-            last = max(int(c.execute(sa.select(sa.func.max(f.seq))).scalar() or 0), after)
+            newest = sa.select(sa.func.max(f.seq))
+            if self.settle_s:  # the last settled row (see `since`): later ones are the replicas'
+                newest = newest.where(f.time <= time.time() - self.settle_s)
+            last = max(int(c.execute(newest).scalar() or 0), after)
             n = c.execute(sa.select(sa.func.count()).where(f.seq > after, f.seq <= last, f.time >= min_time,
                                                             *_from(sources))).scalar()
         return last, int(n)

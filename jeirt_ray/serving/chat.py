@@ -1,7 +1,8 @@
 """/v1/chat/completions once its request is read and its controls merged: route the
 conversation, call the upstreams in the policy's order (gateway.py), answer whole or streamed,
 and charge the calling key what the answer cost (its usage x prices; a stream's usage is asked of
-its upstream, else counted here and marked estimated; the record survives a client that leaves).
+its upstream, an answer's taken from its `usage`, else counted here and marked estimated; the
+charge and the record survive a client that leaves, before the answer or after it).
 Its decision is logged once the answer is complete (recording.py)."""
 
 import asyncio
@@ -59,50 +60,94 @@ class ChatFlow:
         payload, wants_usage = body.upstream_payload(), True
         if body.stream:  # every stream is asked for its usage, so that budgets see what it cost
             payload, wants_usage = ask_for_usage(payload)
-        try:
-            answer = await self.gateway.complete(payload, tries, config.gateway, stream=bool(body.stream))
-        except AllFailed as e:
-            record(502, tried=e.tried)
-            return error(502, str(e)[:1000], headers=routing_headers(routing, None, e.tried))
-        if ctl.conversation:
-            conversations.put(ctl.conversation, answer.llm)
-        routing |= {"answered_by": answer.llm, "tried": answer.tried}
-        out_headers = routing_headers(routing, answer.llm, answer.tried, p_of.get(answer.llm))
-        timing["upstream"] = answer.first_byte_s  # to its first byte, or its whole answer when not streamed
-        out_headers["Server-Timing"] = server_timing(timing)
 
-        async def spend(usage, text=None) -> float | None:
-            """Count an answer's cost (its usage x prices, else its USD per call) for the metric and its
-            key, and log its decision."""
-            cost = answer_cost(core, answer.llm, usage)
+        async def finish() -> Response:
+            nonlocal routing
+            try:
+                answer = await self.gateway.complete(payload, tries, config.gateway, stream=bool(body.stream))
+            except AllFailed as e:
+                record(502, tried=e.tried)
+                return error(502, str(e)[:1000], headers=routing_headers(routing, None, e.tried))
+            if ctl.conversation:
+                conversations.put(ctl.conversation, answer.llm)
+            routing |= {"answered_by": answer.llm, "tried": answer.tried}
+            out_headers = routing_headers(routing, answer.llm, answer.tried, p_of.get(answer.llm))
+            timing["upstream"] = answer.first_byte_s  # to its first byte, or its whole answer when not streamed
+            out_headers["Server-Timing"] = server_timing(timing)
+
+            async def spend(usage, text=None) -> float | None:
+                """Count an answer's cost (its usage x prices, else its USD per call) for the metric and its
+                key, and log its decision."""
+                cost = answer_cost(core, answer.llm, usage)
+                if cost is not None:
+                    self.metrics.spent(answer.llm, cost)
+                record(answer.status, answer.llm, answer.tried, usage, cost, text)
+                await self.access.record(key, answer_tokens(usage), cost or 0.0)
+                return cost
+
+            async def streamed(meter) -> None:
+                """A stream's spend: the usage its upstream reported, else counted here (estimated)."""
+                usage = meter.usage
+                if usage is None:
+                    usage = await asyncio.to_thread(estimated_usage, body.prompt_text, meter.answer_text())
+                    self.metrics.usage_estimated(answer.llm)
+                await spend(usage, meter.answer_text())
+
+            if answer.rest is not None:  # the stream's usage comes at its end
+                return StreamingResponse(relay(answer, config.gateway.stream_max_s, streamed,
+                                               strip_usage=not wants_usage),
+                                         media_type=answer.media_type, headers=out_headers)
+            if answer.body is None:  # a 4xx passed through: nothing to charge, the decision to log
+                record(answer.status, answer.llm, answer.tried)
+            cost = None
+            if answer.body is not None:
+                usage = answer.body.get("usage")
+                if not _reports_tokens(usage):  # an upstream that says nothing of its tokens: counted here
+                    usage = await asyncio.to_thread(estimated_usage, body.prompt_text, _content(answer.body) or "")
+                    self.metrics.usage_estimated(answer.llm)
+                cost = await spend(usage, _content(answer.body))
             if cost is not None:
-                self.metrics.spent(answer.llm, cost)
-            record(answer.status, answer.llm, answer.tried, usage, cost, text)
-            await self.access.record(key, answer_tokens(usage), cost or 0.0)
-            return cost
+                out_headers["x-jeirt-cost"] = f"{cost:.8g}"
+                routing["cost"] = cost
+            if answer.body is None:  # a 4xx passed through as the upstream sent it
+                return Response(answer.content, status_code=answer.status, media_type=answer.media_type,
+                                headers=out_headers)
+            routing["upstream_id"] = answer.body.get("id")
+            return JSONResponse({**answer.body, "id": routing["id"], "routing": routing}, headers=out_headers)
 
-        async def streamed(meter) -> None:
-            """A stream's spend: the usage its upstream reported, else counted here (estimated)."""
-            usage = meter.usage
-            if usage is None:
-                usage = await asyncio.to_thread(estimated_usage, body.prompt_text, meter.answer_text())
-                self.metrics.usage_estimated(answer.llm)
-            await spend(usage, meter.answer_text())
+        # The upstream's answer is charged and logged even where the client leaves before it comes:
+        # the work runs in a task of its own, which a cancelled request does not cancel; a stream
+        # left before its first chunk is then read to its end, so that it is charged as any stream.
+        task = asyncio.ensure_future(finish())
+        _UNFINISHED.add(task)
+        task.add_done_callback(_UNFINISHED.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_drain_if_streamed)
+            raise
 
-        if answer.rest is not None:  # the stream's usage comes at its end
-            return StreamingResponse(relay(answer, config.gateway.stream_max_s, streamed, strip_usage=not wants_usage),
-                                     media_type=answer.media_type, headers=out_headers)
-        if answer.body is None:  # a 4xx passed through: nothing to charge, the decision to log
-            record(answer.status, answer.llm, answer.tried)
-        cost = await spend(answer.body.get("usage"), _content(answer.body)) if answer.body is not None else None
-        if cost is not None:
-            out_headers["x-jeirt-cost"] = f"{cost:.8g}"
-            routing["cost"] = cost
-        if answer.body is None:  # a 4xx passed through as the upstream sent it
-            return Response(answer.content, status_code=answer.status, media_type=answer.media_type,
-                            headers=out_headers)
-        routing["upstream_id"] = answer.body.get("id")
-        return JSONResponse({**answer.body, "id": routing["id"], "routing": routing}, headers=out_headers)
+
+_UNFINISHED: set[asyncio.Task] = set()  # answers still being read for requests whose client left
+
+
+def _drain_if_streamed(task: asyncio.Task) -> None:
+    """A stream nobody will read (its client left before the first chunk): read it to its end in
+    the background, so its relay charges and logs it."""
+    if task.cancelled() or task.exception() is not None or not isinstance(task.result(), StreamingResponse):
+        return
+
+    async def drain(iterator) -> None:
+        async for _ in iterator:
+            pass
+    follow = asyncio.ensure_future(drain(task.result().body_iterator))
+    _UNFINISHED.add(follow)
+    follow.add_done_callback(_UNFINISHED.discard)
+
+
+def _reports_tokens(usage) -> bool:
+    return isinstance(usage, dict) and any(_count(usage.get(k)) is not None
+                                           for k in ("prompt_tokens", "completion_tokens"))
 
 
 def _count(value) -> int | None:
