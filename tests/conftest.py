@@ -96,10 +96,16 @@ def local_ray(num_cpus: int = 2, ingress: str = "proxy", **init):
         try:
             yield
         finally:
+            import gc
+
             from ray import serve
             try:
                 serve.shutdown()
             finally:
+                # object refs and handles a test left for the garbage collector are released while
+                # the core worker is alive: one released after ray.shutdown() ends the process ("the
+                # core worker has already been shutdown"), which a later module's run then loses
+                gc.collect()
                 ray.shutdown()
 
 

@@ -214,8 +214,19 @@ def test_an_llm_judge_grades_a_share_counts_what_it_cannot_parse_and_its_own_cos
             {"judged": 5, "recorded": 2, "unparseable": 2, "failed": 1, "no_text": 1}
         assert counts["prompt_tokens"] == 400 and abs(counts["usd"] - (400 * 1.0 + 40 * 2.0) / 1e6) < 1e-12
         assert sorted((g["score"], g["source"]) for g in store.since()) == [(0.2, "judge"), (1.0, "judge")]
+        assert counts["failures"] == {"HTTP 500": 1}  # why calls failed, said
         again = judge_log(judge, store, str(tmp_path / "log"), share=1.0)
         assert again["judged_before"] == 2 and again["judged"] == 3 and store.count() == 2  # graded ones not asked again
+        from typer.testing import CliRunner
+
+        from jeirt_ray.cli.main import app
+        down = CliRunner().invoke(app, ["judge", "--endpoint", "http://127.0.0.1:9/v1", "--model", "judge", "--share",
+                                        "1", "--decisions", str(tmp_path / "log"), "--db",
+                                        f"sqlite:///{tmp_path / 'other.db'}"])
+        assert down.exit_code == 1 and "calls failed: 5 x" in down.output, down.output  # none judged: not a success
+        bad = CliRunner().invoke(app, ["judge", "--endpoint", "http://127.0.0.1:9/v1", "--model", "judge",
+                                       "--price-in", "nan", "--price-out", "1"])
+        assert bad.exit_code == 2 and "--price-in must be a number of USD" in bad.output, bad.output
     finally:
         server.shutdown()
     assert parse_verdict("SCORE: 11") is None and parse_verdict("score: 7") == 0.7 and parse_verdict(None) is None
@@ -432,3 +443,13 @@ def test_a_row_that_commits_late_on_postgresql_is_read_not_skipped(postgres_url)
     assert store.window(start, 0.0)[0] == start + 2
     assert FeedbackStore(f"sqlite:///{tempfile.mkdtemp()}/f.db").settle_s == 0
     assert isinstance(store_module._feedback.c.seq.type, sa.BigInteger)
+
+
+def test_since_reads_the_hours_it_says_not_the_whole_utc_day(tmp_path):
+    from jeirt_ray.feedback.graders import read_log
+    root = str(tmp_path / "log")
+    log = DecisionLog(LogSettings(root=root, flush_s=60))
+    now = time.time()
+    log.append(_rows(1, now - 360) + _rows(1, now - 5 * 3600) + _rows(1, now - 20 * 3600))
+    log.close()
+    assert [read_log(root, days, ["id"]).num_rows for days in (1 / 24, 0.5, 2.0)] == [1, 2, 3]

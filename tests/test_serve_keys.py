@@ -154,6 +154,23 @@ def test_a_streamed_answer_counts_its_spend(world):
     assert me["usage"]["usd_day"] == pytest.approx(8.0)
 
 
+def test_a_conversation_key_is_the_callers_own(world):
+    """Two tenants sending the same `user`: one's conversation never pins the other's LLM."""
+    url, pair = world["url"], world["names"][3:5]
+    mine, theirs = key(world, "chat,route"), key(world, "chat")
+    text = "Which element has atomic number 26?"
+    picked = httpx.post(f"{url}/v1/route", json={"query": text, "candidates": pair}, headers=mine,
+                        timeout=30).json()["results"][0]["chosen"]
+    other = next(n for n in pair if n != picked)
+
+    def ask(headers, candidates):
+        return httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=60, json={
+            "model": "auto", "user": "u1", "candidates": candidates, "messages": [{"role": "user", "content": text}]})
+    for _ in range(4):  # on every replica: each keeps its own conversations
+        assert ask(theirs, [other]).json()["model"] == other  # their "u1" is pinned to the other one
+    assert all(ask(mine, pair).json()["model"] == picked for _ in range(4))  # mine is routed afresh
+
+
 def test_answers_without_usage_and_clients_that_leave_are_charged(world):
     """An answer whose upstream reports no usage is charged its counted tokens; a client that
     leaves before a slow upstream's first byte (2 s), asking a whole answer or a stream, is

@@ -41,10 +41,11 @@ def parse_verdict(text: str | None) -> float | None:
 
 def judge_log(endpoint: Endpoint, store: FeedbackStore, root: str | None = None, share: float = 0.1,
               rubric: str = RUBRIC, since_days: float | None = None,
-              price_usd_per_mtok: tuple[float, float] | None = None) -> dict:
+              price_usd_per_mtok: tuple[float, float] | None = None, progress: bool = True) -> dict:
     """Judge the sampled share of the log's answered decisions (texts kept). The counts: judged
     (asked), recorded, unparseable, failed, judged_before, not_sampled, no_text, and the judge's
-    prompt_tokens, completion_tokens and usd (None without prices)."""
+    prompt_tokens, completion_tokens and usd (None without prices), and `failures`: the commonest
+    reasons calls failed, counted."""
     if not 0 < share <= 1:
         raise ValueError(f"share must be above 0 and at most 1, not {share!r}")
     counts = dict.fromkeys(("judged", "recorded", "unparseable", "failed", "judged_before", "not_sampled", "no_text",
@@ -60,12 +61,16 @@ def judge_log(endpoint: Endpoint, store: FeedbackStore, root: str | None = None,
     before = store.graded(list(rows), "judge")
     counts["judged_before"] = len(before)
     asking = {k: judge_prompt(r["query"], r["answer"], rubric) for k, r in rows.items() if k not in before}
-    for asked in endpoint.ask(asking):
+    why: dict[str, int] = {}
+    from tqdm import tqdm
+    bar = tqdm(total=len(asking), desc="judging", unit="answer", disable=None if progress else True, leave=False)
+    for asked in endpoint.ask(asking, on_answer=lambda _: bar.update()):
         counts["judged"] += 1
         counts["prompt_tokens"] += asked.prompt_tokens or 0
         counts["completion_tokens"] += asked.completion_tokens or 0
         if asked.output is None:
             counts["failed"] += 1
+            why[asked.error or "no answer"] = why.get(asked.error or "no answer", 0) + 1
             continue
         score = parse_verdict(asked.output)
         if score is None:
@@ -79,6 +84,8 @@ def judge_log(endpoint: Endpoint, store: FeedbackStore, root: str | None = None,
             counts["recorded"] += 1
         except Conflict:
             counts["conflict"] += 1
+    bar.close()
+    counts["failures"] = dict(sorted(why.items(), key=lambda kv: -kv[1])[:5])  # the commonest reasons, counted
     counts["usd"] = None if price_usd_per_mtok is None else (
         counts["prompt_tokens"] * price_usd_per_mtok[0] + counts["completion_tokens"] * price_usd_per_mtok[1]) / 1e6
     return counts

@@ -134,6 +134,9 @@ def judge(endpoint: str = typer.Option(..., "--endpoint", help="the judge's Open
     with expected_failures(prefix="judge: "):
         if (price_in is None) != (price_out is None):
             raise ValueError("give both --price-in and --price-out (USD per million tokens), or neither")
+        for label, price in (("--price-in", price_in), ("--price-out", price_out)):
+            if price is not None and not (0 <= price < 1e9):  # NaN fails too
+                raise ValueError(f"{label} must be a number of USD per million tokens from 0, not {price!r}")
         key = None
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -150,6 +153,11 @@ def judge(endpoint: str = typer.Option(..., "--endpoint", help="the judge's Open
                   f"verdicts, {counts['failed']} failed; {counts['judged_before']} judged before, "
                   f"{counts['not_sampled']} not sampled, {counts['no_text']} without texts; the judge's "
                   f"{counts['prompt_tokens'] + counts['completion_tokens']} tokens{usd}", highlight=False, soft_wrap=True)
+    if counts["failed"]:
+        console.print("calls failed: " + "; ".join(f"{n} x {why}" for why, n in counts["failures"].items()),
+                      highlight=False, soft_wrap=True)
+    if counts["judged"] and counts["failed"] == counts["judged"]:
+        raise typer.Exit(1)  # nothing was judged: a wrong endpoint, model or key
 
 
 def learn(space: str = typer.Option(..., "--space", help="the champion, models:/NAME@champion"),

@@ -30,19 +30,23 @@ def logged_propensity(row: dict) -> float | None:
 
 def read_log(root: str | None = None, since_days: float | None = None, columns: list[str] | None = None,
              ids: list[str] | None = None):
-    """The decision log as a pyarrow table (the day partitions since `since_days` ago; the rows of
-    decisions `ids` only, if given)."""
+    """The decision log as a pyarrow table (the decisions made since `since_days` ago, to the
+    millisecond: 0.5 is the last 12 hours, not today's UTC day; the rows of decisions `ids` only,
+    if given)."""
     fs, path = filesystem(root)
     wanted = days(fs, path)
+    since = None
     if since_days is not None:
-        first = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=since_days)).strftime("%Y-%m-%d")
-        wanted = [d for d in wanted if d >= first]
+        since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=since_days)
+        wanted = [d for d in wanted if d >= since.strftime("%Y-%m-%d")]
     if not wanted:
         raise FileNotFoundError(f"no decisions logged under {path}" + (f" in the last {since_days:g} days"
                                                                         if since_days is not None else ""))
     day = pads.partitioning(pa.schema([("day", pa.string())]), flavor="hive")
     data = pads.dataset(path, filesystem=fs, format="parquet", partitioning=day, exclude_invalid_files=True)
     where = pads.field("day") >= wanted[0]
+    if since is not None:
+        where &= pads.field("time") >= pa.scalar(since, type=pa.timestamp("ms", tz="UTC"))
     if ids is not None:
         where &= pads.field("id").isin(ids)
     return data.to_table(columns=columns, filter=where)

@@ -32,7 +32,9 @@ class ChatFlow:
         config = self.live.config
         core = self.live.current()
         reachable, candidates = reachable_candidates(core.names, core.index, config, ctl.candidates)
-        sticky = conversations.get(ctl.conversation) if ctl.conversation and ctl.sticky else None
+        # a conversation key is the caller's own: another key's "u1" is another conversation
+        conversation = f"{getattr(key, 'id', '-')}/{ctl.conversation}" if ctl.conversation else None
+        sticky = conversations.get(conversation) if conversation and ctl.sticky else None
         # a conversation with a key is routed by its first user message (the same LLM every turn, on
         # any replica); without one, each turn by its last
         text = body.first_user_text if ctl.conversation and ctl.sticky else body.last_user_text
@@ -47,7 +49,9 @@ class ChatFlow:
 
         def record(status: int, answered_by=None, tried=(), usage=None, cost=None, answer=None) -> None:
             usage = usage if isinstance(usage, dict) else {}
-            recorder.write(rows, chosen=routing["chosen"], status=status, answered_by=answered_by,
+            # a conversation's earlier LLM is sent whatever the policy drew: logged with probability 1
+            pinned = {"propensity": 1.0} if sticky is not None and routing["chosen"] == sticky else {}
+            recorder.write(rows, chosen=routing["chosen"], status=status, answered_by=answered_by, **pinned,
                            tried=[t["model"] for t in tried], cost_usd=cost, answer=answer,
                            prompt_tokens=_count(usage.get("prompt_tokens")),
                            completion_tokens=_count(usage.get("completion_tokens")),
@@ -68,8 +72,8 @@ class ChatFlow:
             except AllFailed as e:
                 record(502, tried=e.tried)
                 return error(502, str(e)[:1000], headers=routing_headers(routing, None, e.tried))
-            if ctl.conversation:
-                conversations.put(ctl.conversation, answer.llm)
+            if conversation:
+                conversations.put(conversation, answer.llm)
             routing |= {"answered_by": answer.llm, "tried": answer.tried}
             out_headers = routing_headers(routing, answer.llm, answer.tried, p_of.get(answer.llm))
             timing["upstream"] = answer.first_byte_s  # to its first byte, or its whole answer when not streamed
