@@ -25,26 +25,31 @@ def bank_accuracy(labels: np.ndarray, benchmarks: np.ndarray, names=LEADERBOARD)
     return out
 
 
-def fit_map(accuracy: np.ndarray, scores: pd.DataFrame, names=LEADERBOARD) -> dict:
-    """{benchmark: a fitted sklearn pipeline from the (n, 5) accuracies to that score}, learned
-    on the rows with every accuracy and the score."""
+def fit_map(accuracy: np.ndarray, scores: pd.DataFrame, names=LEADERBOARD) -> tuple[dict, dict]:
+    """({benchmark: a fitted sklearn pipeline from the (n, 5) accuracies to that score}, {benchmark:
+    its own RMSE in 5-fold cross-validation on the known LLMs' true accuracies, the floor that no
+    estimate of the accuracies can go below}), learned on the rows with every accuracy and the score."""
     from sklearn.linear_model import RidgeCV
+    from sklearn.model_selection import cross_val_predict
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import SplineTransformer
-    maps = {}
+    maps, floor = {}, {}
     for b in names:
         y = scores[b].to_numpy(dtype=float)
         ok = np.isfinite(accuracy).all(1) & np.isfinite(y)
         if ok.sum() < 20:
             continue
         maps[b] = make_pipeline(SplineTransformer(n_knots=5, degree=3), RidgeCV(alphas=np.logspace(-3, 3, 13)))
+        floor[b] = float(np.sqrt(np.mean((cross_val_predict(maps[b], accuracy[ok], y[ok], cv=5) - y[ok]) ** 2)))
         maps[b].fit(accuracy[ok], y[ok])
-    return maps
+    return maps, floor
 
 
-def reconstruct(maps: dict, estimated: np.ndarray, scores: pd.DataFrame, names=LEADERBOARD) -> dict:
-    """{benchmark: {rmse (points), llms}} of the new LLMs' scores mapped from their `estimated`
-    accuracies ((n, 5), NaN where a benchmark was not estimated) against `scores`."""
+def reconstruct(maps: dict, estimated: np.ndarray, scores: pd.DataFrame, names=LEADERBOARD,
+                floor: dict | None = None) -> dict:
+    """{benchmark: {rmse (points), llms, map_rmse_cv}} of the new LLMs' scores mapped from their
+    `estimated` accuracies ((n, 5), NaN where a benchmark was not estimated) against `scores`
+    (`floor`: fit_map's cross-validated RMSE of the map itself)."""
     out = {}
     for b in names:
         if b not in maps:
@@ -54,5 +59,6 @@ def reconstruct(maps: dict, estimated: np.ndarray, scores: pd.DataFrame, names=L
         if not ok.any():
             continue
         pred = maps[b].predict(estimated[ok])
-        out[b] = {"rmse": float(np.sqrt(np.mean((pred - y[ok]) ** 2))), "llms": int(ok.sum())}
+        out[b] = {"rmse": float(np.sqrt(np.mean((pred - y[ok]) ** 2))), "llms": int(ok.sum()),
+                  "map_rmse_cv": (floor or {}).get(b)}
     return out

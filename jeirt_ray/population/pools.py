@@ -1,7 +1,8 @@
 """Routing in pools of LLMs drawn from a population (RouterEval's setting): for each held-out
 question, the LLM of the pool that a router picks, against the pool's best single LLM and the
 best per benchmark (both chosen on the training questions) and the oracle (a right answer if
-any LLM of the pool has one)."""
+any LLM of the pool has one). A router keeps the pool's best single LLM unless another's
+predicted P beats it by a margin chosen on the validation questions."""
 
 from __future__ import annotations
 
@@ -21,17 +22,34 @@ def pick(probs: np.ndarray, pool: np.ndarray) -> np.ndarray:
     return pool[np.argmax(probs[:, pool], axis=1)]
 
 
-def pools_study(test_labels: np.ndarray, train_labels: np.ndarray, test_bench: np.ndarray, train_bench: np.ndarray,
-                probs: dict[str, np.ndarray], eligible: np.ndarray, size: int, n_pools: int, seed: int = 0) -> dict:
+MARGINS = np.linspace(0.0, 0.3, 16)
+
+
+def margin_pick(probs: np.ndarray, pool: np.ndarray, best: int, margin: float) -> np.ndarray:
+    """Each question's LLM: the pool's best single LLM unless another's predicted P beats its own
+    by more than `margin` (argmax alone over hundreds of LLMs picks whichever P is most
+    overestimated: the winner's curse)."""
+    chosen = pick(probs, pool)
+    top = probs[np.arange(len(probs)), chosen]
+    return np.where(probs[:, best] >= top - margin, best, chosen)
+
+
+def pools_study(test_labels: np.ndarray, val_labels: np.ndarray, train_labels: np.ndarray, test_bench: np.ndarray,
+                train_bench: np.ndarray, probs: dict[str, tuple[np.ndarray, np.ndarray]], eligible: np.ndarray,
+                size: int, n_pools: int, seed: int = 0) -> dict:
     """Mean accuracy on the test questions over `n_pools` random pools of `size` LLMs among the
-    `eligible` columns (LLMs with a label on every test question): best_single, benchmark_best,
-    each router of `probs` (test questions x LLMs), oracle; and jeirt minus best_single with a 95%
-    interval (questions resampled; each question's difference averaged over the pools)."""
+    `eligible` columns (LLMs with a label on every test and validation question): best_single,
+    benchmark_best, oracle, and each router of `probs` ({name: (validation, test) P, questions x
+    LLMs}) with the margin over the pool's best single chosen on the validation questions per pool
+    (`<name>_argmax`: argmax P alone; `<name>_margin`: the margins chosen); and jeirt minus
+    best_single with a 95% interval (questions resampled; each question's difference averaged
+    over the pools)."""
     rng = np.random.default_rng(seed)
     acc_train = _accuracy(train_labels)
     per_bench = {b: _accuracy(train_labels[train_bench == b]) for b in np.unique(test_bench)}
-    rows = np.arange(len(test_labels))
-    sums = {k: 0.0 for k in ("best_single", "benchmark_best", *probs, "oracle")}
+    rows, val_rows = np.arange(len(test_labels)), np.arange(len(val_labels))
+    sums: dict[str, float] = {}
+    margins: dict[str, list[float]] = {k: [] for k in probs}
     diff = np.zeros(len(test_labels))
     for _ in range(n_pools):
         pool = rng.choice(eligible, size=size, replace=False)
@@ -39,15 +57,19 @@ def pools_study(test_labels: np.ndarray, train_labels: np.ndarray, test_bench: n
         got = {"best_single": test_labels[:, best]}
         chosen = np.array([pool[np.nanargmax(np.nan_to_num(per_bench[b][pool], nan=-1))] for b in test_bench])
         got["benchmark_best"] = test_labels[rows, chosen]
-        for k, p in probs.items():
-            got[k] = test_labels[rows, pick(p, pool)]
+        for k, (val_p, test_p) in probs.items():
+            on_val = [val_labels[val_rows, margin_pick(val_p, pool, best, m)].mean() for m in MARGINS]
+            m = float(MARGINS[np.flatnonzero(np.isclose(on_val, max(on_val)))[-1]])  # ties: the safer margin
+            margins[k].append(m)
+            got[k] = test_labels[rows, margin_pick(test_p, pool, best, m)]
+            got[f"{k}_argmax"] = test_labels[rows, pick(test_p, pool)]
         got["oracle"] = test_labels[:, pool].max(1)
         for k, v in got.items():
-            sums[k] += float(v.mean())
+            sums[k] = sums.get(k, 0.0) + float(v.mean())
         if "jeirt" in got:
             diff += got["jeirt"] - got["best_single"]
     out = {k: v / n_pools for k, v in sums.items()}
-    out["pools"] = n_pools
+    out.update({f"{k}_margin": float(np.mean(v)) for k, v in margins.items()}, pools=n_pools)
     if "jeirt" in probs:
         out["jeirt_minus_best_single_ci95"] = mean_ci(diff / n_pools)
     return out

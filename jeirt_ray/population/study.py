@@ -95,23 +95,23 @@ def run_study(data: ResponseData, table: pd.DataFrame | None, new_names, encoder
 
     out["leaderboard"] = {}
     if table is not None and all(b in table.columns for b in LEADERBOARD):
-        maps = fit_map(bank_accuracy(known_labels, data.benchmarks), table.reindex(known_names))
+        maps, floor = fit_map(bank_accuracy(known_labels, data.benchmarks), table.reindex(known_names))
         estimated = np.array([[r["per_benchmark"].get(b, np.nan) for b in LEADERBOARD] for r in runs]).reshape(-1, 5)
-        out["leaderboard"]["100"] = reconstruct(maps, estimated, table.reindex(data.models[chosen]))
+        out["leaderboard"]["100"] = reconstruct(maps, estimated, table.reindex(data.models[chosen]), floor=floor)
 
     _log(progress, "routing in pools of known LLMs on the test questions")
     test_l, val_l, train_l = (known_labels[rows[p]] for p in ("test", "val", "train"))
     complete = np.flatnonzero(~np.isnan(test_l).any(0) & ~np.isnan(val_l).any(0))
     bench = data.benchmarks
-    routers = {k: v["test"] for k, v in probs.items() if k != "irt"}
+    routers = {k: (v["val"], v["test"]) for k, v in probs.items() if k != "irt"}
     out["routing"], out["routing_dedup"] = {}, {}
     kept = complete[twins(train_l[:, complete])]
     out["twins"] = {"eligible_llms": int(len(complete)), "after_dedup": int(len(kept)), "agreement": 0.97}
     for size, n_pools in pools.items():
         for key, eligible in (("routing", complete), ("routing_dedup", kept)):
             if len(eligible) >= size:
-                out[key][str(size)] = pools_study(test_l, train_l, bench[rows["test"]], bench[rows["train"]], routers,
-                                                  eligible, size, n_pools, seed)
+                out[key][str(size)] = pools_study(test_l, val_l, train_l, bench[rows["test"]], bench[rows["train"]],
+                                                  routers, eligible, size, n_pools, seed)
     out["routing_cost"], out["routing_cost_detail"] = {}, {}
     if table is not None and "params_b" in table.columns:
         params = table.reindex(known_names)["params_b"].to_numpy(dtype=float, copy=True)
