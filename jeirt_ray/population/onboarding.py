@@ -14,7 +14,9 @@ run on). Each way gives an estimate and a 90% interval:
   in for it on the questions it did not answer (the interval: their 5th to 95th percentile);
 - `irt`: the same N random questions; its ability under a 2PL model fitted on the known LLMs
   (catsim's maximum-likelihood estimator and standard error), the unanswered questions
-  predicted from it (the interval: the ability's 90% interval carried through).
+  predicted from it (the interval: the ability's 90% interval carried through);
+- `sharpened` (beside the five): `default` on the space whose items were refitted to the known
+  LLMs' answers (items.py).
 
 Every way counts the answered questions as answered. The `default` plan at 100 answers also
 gives the per-benchmark accuracies that `leaderboard.py` maps to the leaderboard's scores.
@@ -99,10 +101,12 @@ def _planned(space: CoreSpace, name: str, ids: np.ndarray, row_labels: np.ndarra
 
 def onboard_one(space: CoreSpace, name: str, labels: np.ndarray, question_ids: np.ndarray, benchmarks: np.ndarray,
                 known: np.ndarray, bank: ItemBank2PL, checkpoints=CHECKPOINTS, seed: int = 0,
-                per_benchmark_at: int = 100, strategies=STRATEGIES) -> dict:
+                per_benchmark_at: int = 100, strategies=STRATEGIES, sharpened: CoreSpace | None = None) -> dict:
     """One new LLM (`labels`: its label per question of the space, NaN where it has none;
     `known`: questions x known LLMs, NaN where unanswered): {"truth", strategy: {N: (estimate,
-    low, high)}, "per_benchmark": the default's accuracies at `per_benchmark_at` answers}."""
+    low, high)}, "per_benchmark": the default's accuracies at `per_benchmark_at` answers}; with
+    `sharpened` (items.sharpen's space), also the default strategy on it ("sharpened", and its
+    "per_benchmark_sharpened")."""
     rows = np.flatnonzero(~np.isnan(labels))
     y = labels[rows]
     truth = float(y.mean())
@@ -113,6 +117,9 @@ def onboard_one(space: CoreSpace, name: str, labels: np.ndarray, question_ids: n
     if "default" in strategies:
         out["default"], out["per_benchmark"] = _planned(space, name, question_ids[rows], y, benches, None, checkpoints,
                                                         seed, per_benchmark_at)
+    if sharpened is not None:
+        out["sharpened"], out["per_benchmark_sharpened"] = _planned(sharpened, name, question_ids[rows], y, benches,
+                                                                    None, checkpoints, seed, per_benchmark_at)
     if "adaptive" in strategies:
         out["adaptive"], _ = _planned(space, name, question_ids[rows], y, benches, "adaptive", checkpoints, seed, None)
     for key in ("random", "knn", "irt"):

@@ -18,7 +18,7 @@ from ..experiments.selection import Domain, SearchSettings, fixed_config
 from ..model.onboarding import onboard
 from .leaderboard import bank_accuracy, fit_map, reconstruct
 from .llms import LEADERBOARD, select_models, twins
-from .onboarding import CHECKPOINTS, ItemBank2PL, onboard_one, summarise
+from .onboarding import CHECKPOINTS, STRATEGIES, ItemBank2PL, onboard_one, summarise
 from .pools import cost_study, pools_study
 from .prediction import predict_methods, prediction_metrics
 
@@ -78,6 +78,12 @@ def run_study(data: ResponseData, table: pd.DataFrame | None, new_names, encoder
     irt = fit_2pl(known.q_idx, known.m_idx, known.labels, known.n_questions, known.n_models)
     bank = ItemBank2PL(irt["a"], irt["b"])
 
+    _log(progress, "sharpening JE-IRT's items by the known LLMs' answers")
+    from .items import sharpen
+    start = time.perf_counter()
+    sharp = sharpen(space, prep.X, known_labels)
+    timing["sharpen_s"] = time.perf_counter() - start
+
     rng = np.random.default_rng(seed)
     enough = [c for c in new_cols if (~np.isnan(labels[:, c])).sum() >= max(CHECKPOINTS)]
     chosen = sorted(rng.choice(enough, size=min(onboard_llms, len(enough)), replace=False).tolist()) if enough else []
@@ -86,18 +92,20 @@ def run_study(data: ResponseData, table: pd.DataFrame | None, new_names, encoder
     start = time.perf_counter()
     for i, c in enumerate(chosen):
         runs.append(onboard_one(space, str(data.models[c]), labels[:, c], data.question_ids, data.benchmarks,
-                                known_labels, bank, seed=seed + i))
+                                known_labels, bank, seed=seed + i, sharpened=sharp))
         if progress and (i + 1) % max(1, len(chosen) // 10) == 0:
             _log(progress, f"  {i + 1}/{len(chosen)} new LLMs ({(time.perf_counter() - start) / (i + 1):.1f} s each)")
-    out["onboarding"] = summarise(runs)
+    out["onboarding"] = summarise(runs, strategies=(*STRATEGIES, "sharpened"))
     timing["onboard_study_s_per_llm"] = (time.perf_counter() - start) / max(1, len(chosen))
     timing["onboard_s_per_llm"] = _onboard_time(space, prep.X, labels, new_cols[:20], seed)
 
     out["leaderboard"] = {}
     if table is not None and all(b in table.columns for b in LEADERBOARD):
         maps, floor = fit_map(bank_accuracy(known_labels, data.benchmarks), table.reindex(known_names))
-        estimated = np.array([[r["per_benchmark"].get(b, np.nan) for b in LEADERBOARD] for r in runs]).reshape(-1, 5)
-        out["leaderboard"]["100"] = reconstruct(maps, estimated, table.reindex(data.models[chosen]), floor=floor)
+        for key, part in (("leaderboard", "per_benchmark"), ("leaderboard_sharpened", "per_benchmark_sharpened")):
+            estimated = np.array([[r[part].get(b, np.nan) for b in LEADERBOARD] for r in runs]).reshape(-1, 5)
+            out.setdefault(key, {})["100"] = reconstruct(maps, estimated, table.reindex(data.models[chosen]),
+                                                         floor=floor)
 
     _log(progress, "routing in pools of known LLMs on the test questions")
     test_l, val_l, train_l = (known_labels[rows[p]] for p in ("test", "val", "train"))
