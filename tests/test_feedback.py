@@ -453,3 +453,27 @@ def test_since_reads_the_hours_it_says_not_the_whole_utc_day(tmp_path):
     log.append(_rows(1, now - 360) + _rows(1, now - 5 * 3600) + _rows(1, now - 20 * 3600))
     log.close()
     assert [read_log(root, days, ["id"]).num_rows for days in (1 / 24, 0.5, 2.0)] == [1, 2, 3]
+
+
+def test_jeirt_decision_looks_one_up_by_its_id_with_its_grades(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from jeirt_ray.cli.main import app
+    root, url = str(tmp_path / "log"), f"sqlite:///{tmp_path / 'fb.db'}"
+    rows = _rows(2, propensity=0.4)
+    log = DecisionLog(LogSettings(root=root, flush_s=60))
+    log.append(rows)
+    log.close()
+    FeedbackStore(url).add(Grade(rows[1]["id"], 1.0, "judge", llm="a", propensity=0.4))
+    run = CliRunner().invoke(app, ["decision", rows[1]["id"], "--decisions", root, "--db", url])
+    assert run.exit_code == 0, run.output
+    out = json.loads(run.output)
+    assert out["queries"][0]["chosen"] == "a" and out["queries"][0]["propensity"] == pytest.approx(0.4)
+    assert "embedding" not in out["queries"][0]
+    assert [(g["source"], g["score"]) for g in out["grades"]] == [("judge", 1.0)]
+    unknown = CliRunner().invoke(app, ["decision", new_id(), "--decisions", root, "--db", url])
+    assert unknown.exit_code == 1 and "no decision" in unknown.output
+    bad = CliRunner().invoke(app, ["decision", "xyz", "--decisions", root])
+    assert bad.exit_code == 2 and "is not a decision id" in bad.output

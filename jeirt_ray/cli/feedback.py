@@ -230,3 +230,39 @@ def shadow(decisions: Optional[str] = typer.Option(None, "--decisions", help="th
         move = out["promotion"]
         console.print(f"@{promote_to} moved from {move['from']} to {move['to']}" if move["promoted"] else
                       f"@{promote_to} left at {move['from']}", highlight=False, soft_wrap=True)
+
+
+def decision(decision_id: str = typer.Argument(..., help="the decision's id (its x-jeirt-request-id)"),
+             decisions: Optional[str] = typer.Option(None, "--decisions", help="the decision log (default "
+                                                     "$JEIRT_HOME/decisions, or a URI pyarrow reaches)"),
+             db: Optional[str] = typer.Option(None, "--db", help="the feedback database, for its grades (default "
+                                                                 "JEIRT_FEEDBACK_URL, else SQLite at $JEIRT_HOME/feedback.db)")):
+    """Look up one logged decision by its id: what was routed, to whom, with what probability, and
+    the grades it has (JSON; query vectors left out)."""
+    import json
+
+    from ..feedback.log import ID_PATTERN, filesystem, find
+    with expected_failures(prefix="decision: "):
+        if not re.fullmatch(ID_PATTERN, decision_id):
+            raise ValueError(f"{decision_id!r} is not a decision id (28 hex digits, the x-jeirt-request-id header)")
+        fs, root = filesystem(decisions)
+        rows = find(fs, root, decision_id)
+        if not rows:
+            raise LookupError(f"no decision {decision_id} under {redact(root)} (unknown, older than the log's "
+                              f"retention, or not written yet)")
+        grades = []
+        if db is not None or _default_feedback_exists():
+            from ..feedback.store import FeedbackStore
+            grades = [{k: g[k] for k in ("query_index", "source", "score", "llm", "propensity", "comment")}
+                      for g in FeedbackStore(db).of(decision_id)]
+    out = [{k: (str(v) if k == "time" else v) for k, v in r.items() if k != "embedding"} for r in rows]
+    print(json.dumps({"id": decision_id, "queries": out, "grades": grades}, indent=1, default=str))
+
+
+def _default_feedback_exists() -> bool:
+    """Whether the default feedback store is there (a lookup never creates a database)."""
+    import os
+
+    from ..core import paths
+    from ..feedback.store import FEEDBACK_URL_ENV
+    return bool(os.environ.get(FEEDBACK_URL_ENV)) or (paths.home() / "feedback.db").exists()

@@ -16,7 +16,7 @@ from ..core.secrets import redact
 from ..routing.decisions import DEFAULT_TOP_K, POLICIES as POLICY_NAMES
 from ..serving.ingress import DEFAULT_INGRESS
 from .data import data_app, registry_app
-from .feedback import feedback, grade, judge, learn, shadow
+from .feedback import decision, feedback, grade, judge, learn, shadow
 from .keys import keys_app
 from .onboard import onboard_app
 from .output import console, expected_failures, results_table
@@ -32,6 +32,7 @@ app.command("grade")(grade)
 app.command("judge")(judge)
 app.command("learn")(learn)
 app.command("shadow")(shadow)
+app.command("decision")(decision)
 
 DataOpt = typer.Option(None, "--data", help="dataset folder (long format, EmbedLLM CSVs, harness or HELM output); "
                                             "default: the embedded SYNTHETIC dataset")

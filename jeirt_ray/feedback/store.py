@@ -167,6 +167,13 @@ class FeedbackStore:
                 found |= {f"{d}:{q}" for d, q in rows}
         return found & set(keys)
 
+    def of(self, decision_id: str) -> list[dict]:
+        """The grades of one decision, in the order they arrived."""
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(_feedback).where(_feedback.c.id == decision_id)
+                             .order_by(_feedback.c.seq)).mappings().all()
+        return _decoded(rows)
+
     def count(self) -> int:
         with self.engine.connect() as c:
             return int(c.execute(sa.select(sa.func.count()).select_from(_feedback)).scalar())

@@ -371,8 +371,11 @@ class Router:
     @api.get("/health", response_model=HealthResponse, response_model_exclude_none=True,
              responses={500: ERRORS[500]}, **scoped(PUBLIC))
     async def health(self, request: Request = None) -> dict:
-        """ok or degraded (serving while the registry cannot be read); the details for admin keys."""
+        """ok or degraded (serving while the registry cannot be read, or while learning is on and its
+        feedback cannot be read or applied); the details for admin keys."""
         health = {**self.live.health(), "learning": self.learning.stats(), "shadow": self.shadow.stats()}
+        if health["learning"]["enabled"] and health["learning"]["error"]:
+            health["status"] = "degraded"
         key = request.scope.get(KEY_SCOPE) if request is not None else None
         return health if request is None or (key is not None and key.allows("admin")) else {"status": health["status"]}
 
