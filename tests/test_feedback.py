@@ -477,3 +477,22 @@ def test_jeirt_decision_looks_one_up_by_its_id_with_its_grades(tmp_path):
     assert unknown.exit_code == 1 and "no decision" in unknown.output
     bad = CliRunner().invoke(app, ["decision", "xyz", "--decisions", root])
     assert bad.exit_code == 2 and "is not a decision id" in bad.output
+
+
+def test_every_db_option_fails_in_one_line_and_readers_create_nothing(tmp_path):
+    from typer.testing import CliRunner
+
+    from jeirt_ray.cli.main import app
+    from jeirt_ray.feedback.store import StoreUnavailable
+    grades = tmp_path / "grades.csv"
+    grades.write_text(f"id,score\n{new_id()},1\n")
+    for db, message in ((str(tmp_path / "fb.db"), "is not a database URL: give sqlite:///"),
+                        ("postgresql://me:SECRET@127.0.0.1:1/x", "cannot be opened (OperationalError"),
+                        ("mysql://me:SECRET@127.0.0.1/x", "cannot be opened (ModuleNotFoundError")):
+        run = CliRunner().invoke(app, ["feedback", str(grades), "--db", db, "--decisions", str(tmp_path / "log")])
+        assert run.exit_code == 1 and message in run.output and "Traceback" not in run.output, run.output
+        assert "SECRET" not in run.output
+    missing = tmp_path / "nothing" / "fb.db"
+    with pytest.raises(StoreUnavailable, match="no feedback database at"):
+        FeedbackStore(f"sqlite:///{missing}", create=False)
+    assert not missing.parent.exists()  # a reader created nothing

@@ -66,7 +66,7 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
     # --since bounds only a version that learned nothing yet: rows after its feedback_seq are all
     # read, however old, or they would never be learned
     cutoff = time.time() - since_days * 86400 if start == 0 else 0.0
-    store = FeedbackStore(feedback_url)
+    store = FeedbackStore(feedback_url, create=False)  # a reader never creates a database
     last, n_rows = store.window(start, cutoff, sources)  # rows arriving from now on are left for the replicas
     # the decisions held out for the comparison: a share fixed by their ids, sized for about max_held grades
     held_share = holdout * min(1.0, max_held / max(1.0, n_rows * holdout))

@@ -254,7 +254,7 @@ def decision(decision_id: str = typer.Argument(..., help="the decision's id (its
         if db is not None or _default_feedback_exists():
             from ..feedback.store import FeedbackStore
             grades = [{k: g[k] for k in ("query_index", "source", "score", "llm", "propensity", "comment")}
-                      for g in FeedbackStore(db).of(decision_id)]
+                      for g in FeedbackStore(db, create=False).of(decision_id)]
     out = [{k: (str(v) if k == "time" else v) for k, v in r.items() if k != "embedding"} for r in rows]
     print(json.dumps({"id": decision_id, "queries": out, "grades": grades}, indent=1, default=str))
 

@@ -41,7 +41,7 @@ def compare_shadow(root: str | None = None, feedback_url: str | None = None, sin
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{e}: no shadow decisions to compare; set the Router's user_config.shadow "
                                 f"(alias, share) and let graded traffic through") from None
-    grades = _grades(FeedbackStore(feedback_url), time.time() - since_days * 86400, sources, set(shadow))
+    grades = _grades(FeedbackStore(feedback_url, create=False), time.time() - since_days * 86400, sources, set(shadow))
     graded_ids = sorted({k[0] for k in grades})
     served = _by_key(r for r in read_log(root, since_days, COLUMNS, ids=graded_ids).to_pylist()
                      if (r["id"], r["query_index"] or 0) in grades)

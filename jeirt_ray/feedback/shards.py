@@ -28,7 +28,7 @@ class ShardLearner:
     def __init__(self, space, llms: list[str], url: str | None, after: int, upto: int, min_time: float,
                  held_share: float, sources: tuple[str, ...] | None = None):
         self.space, self.llms = space, llms
-        self.store = FeedbackStore(url)
+        self.store = FeedbackStore(url, create=False)
         self.window = (after, upto, min_time)
         self.held_share, self.sources = held_share, sources
         self.state = OnlineState(space, **LOOP_DEFAULTS)

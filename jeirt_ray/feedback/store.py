@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import sqlalchemy as sa
@@ -73,18 +74,33 @@ class Grade:
             raise ValueError(f"score must be a number from 0 to 1, not {self.score!r}")
 
 
+class StoreUnavailable(OSError):
+    """The feedback database cannot be opened or reached (one line, never its password)."""
+
+
 class FeedbackStore:
-    def __init__(self, url: str | None = None):
+    def __init__(self, url: str | None = None, create: bool = True):
+        """The store at `url` (a SQLAlchemy URL; default JEIRT_FEEDBACK_URL, else SQLite in
+        $JEIRT_HOME). `create` False: a reader's, which never creates a database (StoreUnavailable
+        where the SQLite file is not there)."""
         url = url or default_url()
-        if url.startswith("sqlite:///"):
-            from pathlib import Path
-            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        if "://" not in url:
+            raise StoreUnavailable(f"{url!r} is not a database URL: give sqlite:///{Path(url).absolute()} for a "
+                                   f"SQLite file, or postgresql+psycopg://USER@HOST/DB")
+        if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+            file = Path(url[len("sqlite:///"):])
+            if not create and not file.is_file():
+                raise StoreUnavailable(f"no feedback database at {file}: nothing has been graded there (check --db "
+                                       f"or JEIRT_FEEDBACK_URL)")
+            file.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.engine = sa.create_engine(url, pool_pre_ping=True)
             create_tables(_meta, self.engine)
             add_new_columns(_feedback, self.engine)  # propensity came later
         except Exception as e:  # the URL may hold a password: never show it
-            raise RuntimeError(f"the feedback database cannot be opened: {redact(str(e))[:300]}") from None
+            why = redact(str(getattr(e, "orig", None) or e)).strip().splitlines()
+            raise StoreUnavailable(f"the feedback database {redact(url)} cannot be opened ({type(e).__name__}: "
+                                   f"{why[0][:300] if why else ''})") from None
         self._lock = threading.Lock()  # SQLite: one writer at a time in this process
         # SQLite commits one writer at a time, in seq order; elsewhere a row may commit after one
         # numbered after it, so readers leave the last SETTLE_S seconds for the next read
