@@ -149,6 +149,17 @@ def deploy(config, timeout_s: float = 300, announce=None, stop=None) -> str:
     return f"http://{config.http_options.host}:{config.http_options.port}"
 
 
+def metrics_line() -> str:
+    """Where this node's Prometheus metrics are (Ray's metrics export port, random unless the
+    cluster was started with --metrics-export-port), as a line to announce; '' where unknown."""
+    import ray
+    try:
+        node = ray._private.worker.global_worker.node
+        return f"Prometheus metrics: http://{node.node_ip_address}:{node.metrics_export_port}/metrics\n"
+    except AttributeError:  # joined a cluster this process did not start: its nodes say where
+        return ""
+
+
 def serve_forever(path: str | Path, model: str | None = None, port: int | None = None, announce=print,
                   auth: str | None = None, ingress: str = DEFAULT_INGRESS) -> None:
     """`jeirt serve`: check the config, the port and the registry before anything starts,
@@ -173,7 +184,7 @@ def serve_forever(path: str | Path, model: str | None = None, port: int | None =
                   if keyed else "open: route, chat, feedback and explore need no key (this machine only)")
         key = "JEIRT_API_KEY=<key> " if keyed else ""
         announce(f"serving on {url} (docs: {url}/docs; {access}). Try: {key}jeirt route \"What is 2 + 2?\" "
-                 f"--url {url}\nCtrl-C stops the service.")
+                 f"--url {url}\n{metrics_line()}Ctrl-C stops the service.")
         stop.wait()
     drain(config, announce)
 
