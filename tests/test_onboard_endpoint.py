@@ -286,6 +286,21 @@ def test_onboarding_from_an_endpoint_retries_grades_and_registers(world, tmp_pat
     assert 0 <= overall["low"] <= overall["high"] <= 1 and report["tokens"]["input"] > 0
 
 
+def test_the_replay_server_streams_when_asked_as_openai_does(world):
+    """The OpenAI SDK's stream from `jeirt replay` (it used to yield nothing): the recorded answer
+    in chunks, then the usage chunk asked for."""
+    import openai
+    with ReplayServer(world["data"]) as server:
+        text, qid = next((t, q) for t, q in server.by_text.items() if server.outputs[LLM].get(q))
+        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+        chunks = list(client.chat.completions.create(model=LLM, messages=[{"role": "user", "content": text}],
+                                                     stream=True, stream_options={"include_usage": True}))
+        whole = client.chat.completions.create(model=LLM, messages=[{"role": "user", "content": text}])
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed and streamed == whole.choices[0].message.content == server.outputs[LLM][qid] and len(chunks) > 4
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
 def test_a_failing_endpoint_registers_nothing_and_the_rerun_resumes(world, tmp_path):
     reg = world["reg"]
     before = len(reg.versions("onb"))

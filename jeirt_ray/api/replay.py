@@ -116,11 +116,38 @@ class ReplayServer:
                     output = "Not sure, sorry."
                 with replay.lock:
                     replay.requests.append((model, qid))
+                usage = {"prompt_tokens": len(content) // 4, "completion_tokens": len(output) // 4,
+                         "total_tokens": len(content) // 4 + len(output) // 4}
+                if req.get("stream"):
+                    return self._stream(model, qid, output, usage if (req.get("stream_options") or {}).get(
+                        "include_usage") else None)
                 self._send(200, {"id": f"replay-{qid}", "object": "chat.completion", "model": model,
                                  "choices": [{"index": 0, "message": {"role": "assistant", "content": output},
                                               "finish_reason": "stop"}],
                                  "usage": {"prompt_tokens": len(content) // 4, "completion_tokens": len(output) // 4,
                                            "total_tokens": len(content) // 4 + len(output) // 4}})
+
+            def _stream(self, model: str, qid: str, output: str, usage: dict | None) -> None:
+                """The answer as OpenAI streams it: server-sent chunks of the text, the usage chunk
+                when asked for (stream_options.include_usage), then [DONE]."""
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+
+                def event(delta: dict, finish=None, **extra) -> bytes:
+                    chunk = {"id": f"replay-{qid}", "object": "chat.completion.chunk", "model": model,
+                             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+                    return f"data: {json.dumps(chunk)}\n\n".encode()
+                step = max(1, len(output) // 8)
+                self.wfile.write(event({"role": "assistant", "content": output[:step]}))
+                for i in range(step, len(output), step):
+                    self.wfile.write(event({"content": output[i:i + step]}))
+                self.wfile.write(event({}, "stop"))
+                if usage is not None:
+                    chunk = json.loads(event({})[6:])
+                    self.wfile.write(f"data: {json.dumps({**chunk, 'choices': [], 'usage': usage})}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
