@@ -163,7 +163,7 @@ def _sweep(prep, trials: int, max_epochs: int, seed: int, progress: bool) -> tup
         took = time.perf_counter() - start
     done = [t for t in res["trials"] if t.get("completed")]
     return took, {"trials": len(res["trials"]), "completed": len(done),
-                  "stopped_early": sum(1 for t in done if t["epochs"] < max_epochs),
+                  "stopped_by_asha": sum(1 for t in res["trials"] if not t.get("completed") and not t.get("error")),
                   "best": {k: res["configs"][0].model_dump()[k] for k in ("dim", "hidden")} if res["configs"] else None,
                   "best_val_loss": min((t["best"]["val_loss"] for t in done), default=None)}
 
