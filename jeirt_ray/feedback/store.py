@@ -20,6 +20,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from ..core import paths
+from ..core.choices import chosen
 from ..core.secrets import redact
 from ..core.sql import add_new_columns, create_tables
 from ..routing import router
@@ -208,9 +209,4 @@ def _from(sources: tuple[str, ...] | None) -> list:
 
 def check_sources(sources) -> tuple[str, ...]:
     """`sources` (a comma-separated string or a list) as a tuple of known sources, in SOURCES' order."""
-    given = [s.strip() for s in (sources.split(",") if isinstance(sources, str) else sources) if s.strip()]
-    bad = [s for s in given if s not in SOURCES]
-    if bad or not given:
-        raise ValueError(f"unknown source(s) {bad}: choose among {', '.join(SOURCES)}" if bad else
-                         f"name at least one source: {', '.join(SOURCES)}")
-    return tuple(s for s in SOURCES if s in given)
+    return chosen(sources, SOURCES, "source", "name at least one source")

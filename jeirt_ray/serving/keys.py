@@ -27,6 +27,7 @@ from functools import cached_property
 import sqlalchemy as sa
 
 from ..core import paths
+from ..core.choices import chosen
 from ..core.secrets import redact
 from ..core.sql import add_new_columns, create_tables
 from ..feedback.store import SOURCES, check_sources
@@ -129,12 +130,7 @@ def seconds_left(now: float, period: str) -> int:
 
 
 def check_scopes(scopes) -> tuple[str, ...]:
-    given = [s.strip() for s in (scopes.split(",") if isinstance(scopes, str) else scopes) if s.strip()]
-    bad = [s for s in given if s not in SCOPES]
-    if bad or not given:
-        raise ValueError(f"unknown scope(s) {bad}: choose among {', '.join(SCOPES)}" if bad else
-                         f"a key needs at least one scope: {', '.join(SCOPES)}")
-    return tuple(s for s in SCOPES if s in given)
+    return chosen(scopes, SCOPES, "scope", "a key needs at least one scope")
 
 
 class KeyStore:
