@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .llms import LEADERBOARD
+from .llms import LEADERBOARD, accuracy
 
 
 def bank_accuracy(labels: np.ndarray, benchmarks: np.ndarray, names=LEADERBOARD) -> np.ndarray:
@@ -19,9 +19,7 @@ def bank_accuracy(labels: np.ndarray, benchmarks: np.ndarray, names=LEADERBOARD)
     NaN unanswered; NaN where an LLM answered none of a benchmark)."""
     out = np.full((labels.shape[1], len(names)), np.nan)
     for j, b in enumerate(names):
-        rows = labels[benchmarks == b]
-        seen = (~np.isnan(rows)).sum(0)
-        out[:, j] = np.where(seen > 0, np.nansum(rows, 0) / np.maximum(seen, 1), np.nan)
+        out[:, j] = accuracy(labels[benchmarks == b])
     return out
 
 

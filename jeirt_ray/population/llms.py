@@ -76,6 +76,13 @@ def split_llms(models, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]
     return models[~new], models[new]
 
 
+def accuracy(labels: np.ndarray) -> np.ndarray:
+    """Each LLM's mean label over the questions it answered (`labels`: questions x LLMs, NaN
+    unanswered; NaN where it answered none)."""
+    seen = (~np.isnan(labels)).sum(0)
+    return np.where(seen > 0, np.nansum(labels, 0) / np.maximum(seen, 1), np.nan)
+
+
 def twins(labels: np.ndarray, agreement: float = 0.97, min_shared: int = 50) -> np.ndarray:
     """One representative per group of near-duplicates: `labels` (questions x LLMs, NaN where
     unanswered); an LLM whose answers agree with a kept one's on at least `agreement` of the

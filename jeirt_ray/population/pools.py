@@ -9,12 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.intervals import mean_ci
-
-
-def _accuracy(labels: np.ndarray) -> np.ndarray:
-    """Each LLM's mean label over the questions it answered (NaN where none)."""
-    seen = (~np.isnan(labels)).sum(0)
-    return np.where(seen > 0, np.nansum(labels, 0) / np.maximum(seen, 1), np.nan)
+from .llms import accuracy
 
 
 def pick(probs: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -45,8 +40,8 @@ def pools_study(test_labels: np.ndarray, val_labels: np.ndarray, train_labels: n
     best_single with a 95% interval (questions resampled; each question's difference averaged
     over the pools)."""
     rng = np.random.default_rng(seed)
-    acc_train = _accuracy(train_labels)
-    per_bench = {b: _accuracy(train_labels[train_bench == b]) for b in np.unique(test_bench)}
+    acc_train = accuracy(train_labels)
+    per_bench = {b: accuracy(train_labels[train_bench == b]) for b in np.unique(test_bench)}
     rows, val_rows = np.arange(len(test_labels)), np.arange(len(val_labels))
     sums: dict[str, float] = {}
     margins: dict[str, list[float]] = {k: [] for k in probs}
@@ -84,7 +79,7 @@ def cost_study(test_labels: np.ndarray, val_labels: np.ndarray, train_labels: np
     then the test questions are routed with it. {params_share: mean parameters per query over
     the best single's size, accuracy, best_single_accuracy, share} averaged over the pools."""
     rng = np.random.default_rng(seed)
-    acc_train = _accuracy(train_labels)
+    acc_train = accuracy(train_labels)
     rows_t, rows_v = np.arange(len(test_labels)), np.arange(len(val_labels))
     out = {"params_share": [], "accuracy": [], "best_single_accuracy": [], "share": []}
     for _ in range(n_pools):

@@ -18,15 +18,13 @@ METHODS = {"jeirt": "jeirt", "mf": "mf", "knn": "knn", "irt": "irt2pl"}
 
 
 def predict_methods(prep: Prepared, rows: dict[str, np.ndarray], members: int = 1, seed: int = 0,
-                    progress: bool = False, jeirt_fit=None) -> tuple[dict, dict, dict]:
+                    progress: bool = False) -> tuple[dict, dict, dict]:
     """Train each method on prep's training questions. Returns ({method: {part: probabilities of
     every LLM on those question rows}} for each `rows` part (e.g. val, test), {method: train
     seconds}, {"space": JE-IRT's CoreSpace})."""
     probs, seconds, out = {}, {}, {}
-    kw = {"jeirt_fit": jeirt_fit} if jeirt_fit is not None else {}
     for ours, theirs in METHODS.items():
-        for _, predict, took, info in predictors(prep, [theirs], members=members, train_seed=seed, progress=progress,
-                                                 **kw):
+        for _, predict, took, info in predictors(prep, [theirs], members=members, train_seed=seed, progress=progress):
             probs[ours] = {part: predict(r) for part, r in rows.items()}
             seconds[ours] = took
             if "space" in info:
