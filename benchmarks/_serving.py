@@ -46,9 +46,10 @@ def registered_space(prep):
 
 
 @contextlib.contextmanager
-def service(home: Path, encoder: str, threads: int, edit=None, ingress: str = "proxy", **init):
-    """deployments/local.yaml (edited by `edit(raw)` if given) on a fresh local Ray cluster behind
-    `ingress` (jeirt_ray/serving/ingress.py; more ray.init arguments in `init`); yields the base URL."""
+def service(home: Path, encoder: str, threads: int, edit=None, ingress: str = "proxy", model: str = "bench", **init):
+    """deployments/local.yaml serving models:/`model`@champion (edited by `edit(raw)` if given) on a
+    fresh local Ray cluster behind `ingress` (jeirt_ray/serving/ingress.py; more ray.init arguments
+    in `init`); yields the base URL."""
     import ray
     from ray import serve
 
@@ -62,7 +63,7 @@ def service(home: Path, encoder: str, threads: int, edit=None, ingress: str = "p
     with ingress_environ(ingress):  # inherited by the Ray that starts here
         ray.init(address="local", num_cpus=os.cpu_count(), log_to_driver=False, **init)
         try:
-            yield deploy(load_config(cfg_path, model="bench", port=free_port()))
+            yield deploy(load_config(cfg_path, model=model, port=free_port()))
         finally:
             serve.shutdown()
             ray.shutdown()

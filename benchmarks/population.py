@@ -55,7 +55,8 @@ def main(argv=None) -> dict:
     from jeirt_ray.core.paths import home
     from jeirt_ray.data import load_data
     from jeirt_ray.encoders import make_encoder
-    from jeirt_ray.population.llms import combine, read_models, select_models, split_llms
+    from jeirt_ray.data.llm_table import read_models
+    from jeirt_ray.population.llms import combine, select_models, split_llms
     from jeirt_ray.population.study import run_study
 
     folder = dataset_path(args.data, "openllm")

@@ -161,6 +161,11 @@ def test_control_from_body_and_headers():
     c = ChatControl.from_request({"policy": "most_likely", "user": "u1"},
                                  {"candidates": ["a", "b"], "min_p": 0.5, "sticky": False})
     assert (c.policy, c.candidates, c.min_p, c.conversation, c.sticky) == ("most_likely", ["a", "b"], 0.5, "u1", False)
+    # `user` names an end user: it pins only when asked; a conversation key of its own pins
+    assert not ChatControl.from_request({"user": "u1"}, {}).sticky
+    assert ChatControl.from_request({"user": "u1", "sticky": True}, {}).sticky
+    assert ChatControl.from_request({}, {"conversation": "c1"}).sticky
+    assert not ChatControl.from_request({}, {"conversation": "c1", "sticky": False}).sticky
     assert ChatControl.from_request({"min_p": 0.5}, {"min_p": 0.5}).min_p == 0.5  # the same both ways
     with pytest.raises(RequestError, match="policy is given twice, differently: the body's `policy` is "
                                            "'most_likely', the header x-jeirt-policy is 'tuned'"):

@@ -162,8 +162,9 @@ def test_per_request_control_and_its_errors(world):
 
 
 def test_a_conversation_keeps_its_llm(world):
-    """With a conversation key (`user`), every turn goes to the LLM of the first; without one, or
-    with sticky false, a turn is routed by its own last message."""
+    """With a conversation key (`user` and sticky true, or x-jeirt-conversation), every turn goes
+    to the LLM of the first; without one, with `user` alone (an end user has many conversations),
+    or with sticky false, a turn is routed by its own last message."""
     c = client(world)
     pick = {}
     texts = [str(t) for t in world["prep"].data.texts[:200]]
@@ -173,15 +174,21 @@ def test_a_conversation_keeps_its_llm(world):
     first = texts[0]
     later = next(t for t in texts if pick[t] != pick[first])
     turn1 = c.chat.completions.create(model="auto", user="conv-1", messages=[{"role": "user", "content": first}],
-                                      extra_body={"candidates": world["healthy"]})
+                                      extra_body={"candidates": world["healthy"], "sticky": True})
     history = [{"role": "user", "content": first}, {"role": "assistant", "content": "..."},
                {"role": "user", "content": later}]
     turn2 = c.chat.completions.create(model="auto", user="conv-1", messages=history,
-                                      extra_body={"candidates": world["healthy"]})
+                                      extra_body={"candidates": world["healthy"], "sticky": True})
     assert turn1.model == turn2.model == pick[first]
+    by_header = c.chat.completions.create(model="auto", messages=history, extra_body={"candidates": world["healthy"]},
+                                          extra_headers={"x-jeirt-conversation": "conv-2"})
+    assert by_header.model == pick[first]  # a conversation key of its own pins without being asked
+    end_user = c.chat.completions.create(model="auto", user="conv-1", messages=history,
+                                         extra_body={"candidates": world["healthy"]})
+    assert end_user.model == pick[later]  # `user` alone names an end user: not pinned
     # a client that sends only the new message: the replica remembers the conversation
     alone = c.chat.completions.create(model="auto", user="conv-1", messages=[{"role": "user", "content": later}],
-                                      extra_body={"candidates": world["healthy"]})
+                                      extra_body={"candidates": world["healthy"], "sticky": True})
     assert alone.model == pick[first] or alone.model == pick[later]  # another replica may not have seen it
     fresh = c.chat.completions.create(model="auto", messages=history, extra_body={"candidates": world["healthy"]})
     assert fresh.model == pick[later]

@@ -90,6 +90,23 @@ def test_spend_budgets_refuse_until_the_period_ends(store):
     assert store.admit(key2, now).limit == "tpm"
 
 
+def test_grades_are_capped_per_minute_and_per_day_and_pruned(store):
+    """One tenant cannot outvote the rest: a key's grades stop at its caps until the period ends;
+    keys without caps are never counted; old grade counts are pruned like request counts."""
+    key, _ = store.create("grader", "feedback", grades_per_minute=2, grades_per_day=3)
+    assert store.verify(store.create("x", "route")[1]).grades_per_minute is None
+    assert (key.grades_per_minute, key.grades_per_day) == (2, 3) and key.public()["grades_per_day"] == 3
+    now = 1_800_000_000.0  # the start of a minute
+    assert [store.admit_grade(key, now).allowed for _ in range(3)] == [True, True, False]
+    refused = store.admit_grade(key, now)
+    assert refused.limit == "grades_per_minute" and 0 < refused.retry_after_s <= 60
+    assert store.admit_grade(key, now + 60).allowed  # a new minute: the day's third
+    day = store.admit_grade(key, now + 120)
+    assert not day.allowed and day.limit == "grades_per_day" and day.retry_after_s > 60
+    assert store.admit(key, now).allowed  # requests are counted apart from grades
+    assert store.prune(now + 63 * 86400) >= 3  # the grade minutes and the grade day are gone
+
+
 def test_old_counts_are_pruned(store):
     key, _ = store.create("old", "route")
     long_ago = time.time() - 90 * 86400

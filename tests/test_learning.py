@@ -261,7 +261,7 @@ def test_a_space_learner_routes_with_propensities_learns_and_keeps_what_it_learn
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"top_k": 0}, "top_k must be at least 1"), ({"top_k": -2}, "top_k must be at least 1"),
-    ({"top_k": 2.5}, "top_k must be a whole number"), ({"candidates": []}, "candidates must be a non-empty list"),
+    ({"top_k": 2.5}, "top_k must be a whole number"), ({"candidates": []}, "candidates is empty"),
     ({"policy": "quality_target", "target_p": 1.5}, "target_p must be from 0 to 1"),
     ({"policy": "most_likely", "min_p": float("nan")}, "min_p must be from 0 to 1"),
     ({"cost_weight": "high"}, "cost_weight must be a number, not 'high'"),

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jeirt_ray.population.llms import LEADERBOARD, read_models, select_models, twins
+from jeirt_ray.data.llm_table import read_models
+from jeirt_ray.population.llms import LEADERBOARD, select_models, twins
 
 from .conftest import shared_dataset
 

@@ -132,6 +132,46 @@ def test_http_route_models_health_and_chat(service, registry):
     assert chat.json()["routing"]["chosen"] == chat.json()["model"]
 
 
+def test_models_page_by_page_candidates_by_glob_and_the_llms_that_answer_alike(service, registry):
+    """A zoo's doors: GET /v1/models a page at a time (limit, after; a name filter), candidates as a
+    glob in route and chat (header too), a filter that leaves no LLM a 400 naming it, a size bound
+    on a space without sizes a 400 saying so, and GET /v1/similar."""
+    everything = httpx.get(f"{service}/v1/models", params={"limit": 1000}, timeout=30).json()
+    names = [m["id"] for m in everything["data"]]
+    assert everything["total"] == len(names) >= 16 and not everything["has_more"]
+    paged, after = [], None
+    while True:
+        page = httpx.get(f"{service}/v1/models", params={"limit": 5, **({"after": after} if after else {})},
+                         timeout=30).json()
+        paged += [m["id"] for m in page["data"]]
+        after = page["last_id"]
+        if not page["has_more"]:
+            break
+    assert paged == names
+    found = httpx.get(f"{service}/v1/models", params={"contains": "LLM-0"}, timeout=30).json()["data"]
+    assert [m["id"] for m in found] == [n for n in names if "llm-0" in n] and found[0]["params_b"] is None
+    assert httpx.get(f"{service}/v1/models", params={"after": "nobody"}, timeout=30).status_code == 404
+    assert httpx.get(f"{service}/v1/models", params={"limit": 0}, timeout=30).status_code == 422
+    query = str(registry[2].data.texts[0])
+    r = httpx.post(f"{service}/v1/route", json={"query": query, "candidates": "*LLM-0[12]", "top_k": None},
+                   timeout=30)
+    assert r.status_code == 200, r.text
+    assert {s["model"] for s in r.json()["results"][0]["scores"]} == {"synthetic-llm-01", "synthetic-llm-02"}
+    none = httpx.post(f"{service}/v1/route", json={"query": query, "candidates": ["gpt-*"]}, timeout=30)
+    assert none.status_code == 400 and "no LLM of the space's" in none.json()["error"] and "gpt-*" in none.json()["error"]
+    sized = httpx.post(f"{service}/v1/route", json={"query": query, "candidates": {"max_params_b": 8}}, timeout=30)
+    assert sized.status_code == 400 and "knows no LLM's size" in sized.json()["error"]
+    chat = httpx.post(f"{service}/v1/chat/completions", headers={"x-jeirt-candidates": "*llm-03,*llm-04"}, timeout=30,
+                      json={"messages": [{"role": "user", "content": query}]})
+    assert chat.status_code == 200 and chat.json()["model"] in ("synthetic-llm-03", "synthetic-llm-04"), chat.text
+    near = httpx.get(f"{service}/v1/similar", params={"llm": "synthetic-llm-01", "k": 3}, timeout=30)
+    assert near.status_code == 200, near.text
+    rows = near.json()["similar"]
+    assert len(rows) == 3 and "synthetic-llm-01" not in [x["llm"] for x in rows]
+    assert rows[0]["agreement"] >= rows[-1]["agreement"] and rows[0]["shared"] > 20
+    assert httpx.get(f"{service}/v1/similar", params={"llm": "nobody"}, timeout=30).status_code == 404
+
+
 def test_decisions_are_logged_and_graded_once_per_source(service, registry):
     """Each query of a routed batch is a row of the decision log (its encoder vector, never its
     text); feedback on it, from whichever replica, is recorded once per source, with what learning
@@ -546,7 +586,8 @@ def test_schema_driven_fuzzer_finds_nothing(service, auth):
     every onboarding is refused, the routes are the token run's: fewer examples."""
     import subprocess
     import sys
-    cmd = [sys.executable, "-m", "schemathesis.cli", "run", f"{service}/openapi.json", "--checks", "all",
+    cmd = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(ROOT / "tests" / "schemathesis.toml"),
+           "run", f"{service}/openapi.json", "--checks", "all",
            "--max-examples", "50" if auth == "token" else "25", "--seed", "1", "--no-color"]
     if auth == "token":
         cmd += ["-H", f"Authorization: Bearer {TOKEN}"]

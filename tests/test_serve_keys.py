@@ -120,6 +120,14 @@ def test_feedback_is_bound_to_the_key_that_routed_and_the_sources_it_may_claim(w
     assert refused.status_code == 409 and "nothing to grade" in refused.json()["error"], refused.text
     me = httpx.get(f"{url}/v1/keys/me", headers=judge, timeout=30).json()
     assert me["sources"] == ["judge"]
+    # a key's grades are capped: the third in a minute is a 429 and records nothing
+    capped = key(world, "chat,feedback", grades_per_minute=2)
+    decisions = [chat(world, capped, names[3]).headers["x-jeirt-request-id"] for _ in range(3)]
+    assert [grade(capped, d).status_code for d in decisions[:2]] == [200, 200]
+    over = grade(capped, decisions[2])
+    assert over.status_code == 429 and "grades_per_minute (2)" in over.json()["error"], over.text
+    assert int(over.headers["retry-after"]) > 0
+    assert httpx.get(f"{url}/v1/keys/me", headers=capped, timeout=30).json()["grades_per_minute"] == 2
 
 
 def test_an_over_budget_key_gets_429_and_its_upstream_sees_nothing(world):
@@ -165,7 +173,8 @@ def test_a_conversation_key_is_the_callers_own(world):
 
     def ask(headers, candidates):
         return httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=60, json={
-            "model": "auto", "user": "u1", "candidates": candidates, "messages": [{"role": "user", "content": text}]})
+            "model": "auto", "user": "u1", "sticky": True, "candidates": candidates,
+            "messages": [{"role": "user", "content": text}]})
     for _ in range(4):  # on every replica: each keeps its own conversations
         assert ask(theirs, [other]).json()["model"] == other  # their "u1" is pinned to the other one
     assert all(ask(mine, pair).json()["model"] == picked for _ in range(4))  # mine is routed afresh

@@ -21,10 +21,11 @@ from ..tracking.registry import SpaceRegistry
 from ..encoders import QuestionEncoder, make_encoder
 from ..core.renamed import deprecated, take
 from ..model.onboarding_defaults import DEFAULT_BATCH, DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH
-from ..model.space import CoreSpace
+from ..model.space import CoreSpace, answer_table
 from ..routing.decisions import DEFAULT_TOP_K, PolicyName, RouteDecision
 from ..routing.prices import LLMPrices, PriceTable, price_pair, question_costs_of, record_onboarded, resolve_prices
 from ..routing.router import SpaceRouter
+from ..zoo.catalog import record_size
 
 if TYPE_CHECKING:
     from .learner import Learner
@@ -114,12 +115,12 @@ class Space(CoreSpace):
             cache[key] = SpaceRouter(self, usd_per_call, prices=_llm_prices(prices, self.model_names))
         return cache[key]
 
-    def route(self, texts: Sequence[str], *, policy: PolicyName = "tuned", candidates: Sequence[str] | None = None,
+    def route(self, texts: Sequence[str], *, policy: PolicyName = "tuned", candidates: Sequence[str] | str | dict | None = None,
               top_k: int | None = DEFAULT_TOP_K, min_p: float | None = None, prices: PricesLike = None,
               usd_per_call: dict[str, float] | None = None, cost_weight: float = 0.0, margin: float = 0.02,
               target_p: float | None = None, target_share: float | None = None, budget_per_1k: float | None = None,
               max_cost: float | None = None, costs: dict[str, float] | None = None,
-              budget: float | None = None) -> list[RouteDecision]:
+              budget: float | None = None, max_params_b: float | None = None) -> list[RouteDecision]:
         """The LLM to ask for each text, as `POST /v1/route` answers: per text a `RouteDecision`
         (a plain dict): `chosen`, `p_correct`, `ranking`, `scores` (the best `top_k` allowed
         LLMs; None: all), `policy`, `difficulty`, `nearest_benchmark`, `expected_cost` (USD).
@@ -130,18 +131,28 @@ class Space(CoreSpace):
         best p) or `budget` (spend `budget_per_1k` USD per 1,000 queries on average). Cost
         policies need prices: `prices` (a price table file, see routing.prices; default: those
         stored when the space was trained with `prices=`) or `usd_per_call` ({LLM: USD per call}).
-        `candidates`: the LLMs allowed; `min_p`: allow only LLMs whose p reaches it; `max_cost`:
-        drop LLMs costing more USD per call. `costs` and `budget` are the old names of
+        `candidates`: the LLMs allowed (a list of names or globs, one glob such as "*Mistral*",
+        or {"names": ..., "max_params_b": ...}); `max_params_b`: only LLMs of known size up to that
+        many billion parameters; `min_p`: allow only LLMs whose p reaches it; `max_cost`: drop
+        LLMs costing more USD per call. `costs` and `budget` are the old names of
         `usd_per_call` and `max_cost`."""
         usd_per_call = take(usd_per_call, costs, "costs", "usd_per_call", "Space.route")
         max_cost = take(max_cost, budget, "budget", "max_cost", "Space.route")
         texts = _texts(texts, "route")
-        if isinstance(candidates, str):
-            raise TypeError(f"Space.route: candidates must be a list of LLM names, e.g. [{candidates!r}]")
+        if candidates is not None and not isinstance(candidates, (str, dict)):
+            candidates = list(candidates)
         return self.router(usd_per_call, prices).route(
-            self.embed(texts), texts=texts, policy=policy, candidates=None if candidates is None else list(candidates),
+            self.embed(texts), texts=texts, policy=policy, candidates=candidates, max_params_b=max_params_b,
             top_k=top_k, cost_weight=cost_weight, margin=margin, max_cost=max_cost, min_p=min_p, target_p=target_p,
             target_share=target_share, budget_per_1k=budget_per_1k)
+
+    def similar(self, name: str, k: int = 10, *, by: str = "agreement") -> pd.DataFrame:
+        """The `k` LLMs that answer most like LLM `name` (its twins, in a zoo of fine-tunes and
+        merges): columns llm, agreement (the share of the questions both answered where their
+        labels match; NaN under 20 shared), shared, cosine (of their vectors, averaged over
+        members), params_b; ordered by `by` ("agreement", or "cosine")."""
+        from ..zoo.similar import similar
+        return similar(self, name, k, by)
 
     def learner(self, **settings) -> "Learner":
         """A router over this space that learns from the graded outcomes of its decisions, exploring
@@ -152,13 +163,13 @@ class Space(CoreSpace):
 
     def onboard(self, name: str, questions: Sequence[str], labels: Sequence[float], *, replace: bool = False,
                 holdout: float = 0.2, seed: int = 0,
-                price_usd_per_mtok: tuple[float, float] | None = None) -> "Space":
+                price_usd_per_mtok: tuple[float, float] | None = None, params_b: float | None = None) -> "Space":
         """A new Space with LLM `name` fitted from its `labels` (in [0, 1]) on `questions`: each a
         question id of the space's training questions or a question text. Everything else stays
         frozen; this space is unchanged. An LLM the space already has is refitted only with
         `replace=True`. The fit's report is in `new.metadata["onboarded"][name]`. With its
         `price_usd_per_mtok` (input, output), the router prices it as given (else: as the dearest
-        LLM)."""
+        LLM). `params_b`: its size in billions of parameters (for size filters)."""
         from ..model.onboarding import onboard
         if not isinstance(name, str) or not name.strip():
             raise TypeError(f"Space.onboard: name must be a non-empty string, got {name!r}")
@@ -190,8 +201,18 @@ class Space(CoreSpace):
         texts = [q for q in questions if q not in pos]
         vectors = iter(self.embed(texts)) if texts else iter(())
         x = np.stack([self.question_embeddings[pos[q]] if q in pos else next(vectors) for q in questions])
+        if params_b is not None and (isinstance(params_b, bool) or not isinstance(params_b, (int, float))
+                                     or not np.isfinite(params_b) or params_b < 0):
+            raise ValueError(f"Space.onboard: params_b must be a size in billions of parameters, not {params_b!r}")
+        known = [i for i, q in enumerate(questions) if q in pos]
+        row = answer_table(1, len(self.question_ids), np.zeros(len(known), dtype=np.int64),
+                           np.array([pos[questions[i]] for i in known], dtype=np.int64), labels[known])
         new = Space.from_core(onboard(self, name, x, labels, holdout=holdout, seed=seed).space)
+        if new.answers is not None and row is not None:
+            new.answers[new.model_names.index(name)] = row[0]
         record_onboarded(new, name, price)
+        if params_b is not None:
+            record_size(new.metadata, name, params_b)
         return new
 
     def plan(self, name: str, answered: dict[str, float] | None = None, k: int = DEFAULT_BATCH, *,

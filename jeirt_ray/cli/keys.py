@@ -46,10 +46,15 @@ def keys_create(name: str = typer.Option(..., "--name", help="who or what uses t
                 sources: str = typer.Option("user", "--sources", help="what this key's grades (POST /v1/feedback) may "
                                             "say they come from, comma-separated: user, judge, key (the graders' own "
                                             "keys); admin keys may claim any"),
+                grades_per_minute: Optional[int] = typer.Option(None, "--grades-per-minute", min=0, help="grades "
+                                                                "(POST /v1/feedback) it may give per minute"),
+                grades_per_day: Optional[int] = typer.Option(None, "--grades-per-day", min=0, help="grades it may "
+                                                             "give per UTC day (so one tenant cannot outvote the rest)"),
                 db: Optional[str] = DbOpt):
     """Create a key; the key itself is printed alone on the last line, this once (it is stored hashed)."""
     with _store(db) as store:
-        key, secret = store.create(name, scopes, rpm, tpm, usd_per_day, usd_per_month, sources=sources)
+        key, secret = store.create(name, scopes, rpm, tpm, usd_per_day, usd_per_month, sources=sources,
+                                   grades_per_minute=grades_per_minute, grades_per_day=grades_per_day)
     limits = ", ".join(f"{k} {v:g}" for k, v in key.limits().items() if v is not None) or "no limits"
     grades = f"; grades as {','.join(key.sources)}" if "feedback" in key.scopes or "admin" in key.scopes else ""
     console.print(f"key {key.id} ({key.name}): scopes {','.join(key.scopes)}{grades}; {limits}. Keep it now, it is not "

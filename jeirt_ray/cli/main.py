@@ -19,6 +19,7 @@ from .data import data_app, registry_app
 from .feedback import decision, feedback, grade, judge, learn, shadow
 from .keys import keys_app
 from .onboard import onboard_app
+from .zoo import similar_cmd
 from .output import console, expected_failures, results_table
 
 app = typer.Typer(help="JE-IRT for LLMs: embed LLMs and questions in one space, evaluate, route.",
@@ -27,6 +28,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(registry_app, name="registry")
 app.add_typer(keys_app, name="keys")
 app.add_typer(onboard_app, name="onboard")
+app.command("similar")(similar_cmd)
 app.command("feedback")(feedback)
 app.command("grade")(grade)
 app.command("judge")(judge)

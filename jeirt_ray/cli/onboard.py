@@ -111,15 +111,32 @@ def onboard_cmd(ctx: typer.Context,
                                                       "questions' cost"),
                 price_in: Optional[float] = PriceInOpt,
                 price_out: Optional[float] = PriceOutOpt,
-                register: bool = typer.Option(True, "--register/--no-register", help="register the space with "
-                                              "the new LLM as a new version"),
+                no_register: bool = typer.Option(False, "--no-register", help="do not register the space with "
+                                                 "the new LLM as a new version"),
                 promote: bool = typer.Option(False, "--promote", help="move the --space alias to the new version"),
                 replace: bool = typer.Option(False, "--replace", help="refit an LLM the space already has"),
+                from_data: Optional[Path] = typer.Option(None, "--from-data", help="onboard every LLM of this "
+                                                         "results folder (questions.*, responses.*, optional "
+                                                         "models.csv with params_b) from its answers, on Ray"),
+                register_as: Optional[str] = typer.Option(None, "--register", help="with --from-data: the "
+                                                          "registered model to add the new version to (default: "
+                                                          "the space's own)"),
                 as_json: bool = typer.Option(False, "--json", help="print the report as JSON")):
     """Ask a new LLM at its endpoint the questions that tell most about it, grade its answers,
-    fit its vector and register the space with it as a new version."""
+    fit its vector and register the space with it as a new version; or, with --from-data DIR,
+    onboard every LLM of a results folder at once."""
     if ctx.invoked_subcommand is not None:
         return
+    if from_data is not None:
+        if no_register:
+            console.print("[red]--from-data registers its one new version; drop --no-register[/red]")
+            raise typer.Exit(2)
+        _onboard_folder(from_data, space, register_as, promote, replace, as_json)
+        return
+    if register_as is not None:
+        console.print("[red]--register NAME goes with --from-data; an endpoint's LLM is registered under the "
+                      "space's own name (--no-register: not at all)[/red]")
+        raise typer.Exit(2)
     if not endpoint or not model or answers is None:
         console.print("[red]jeirt onboard needs --endpoint URL --model NAME --answers KEY_FILE "
                       "(or `jeirt onboard plan --help`)[/red]")
@@ -141,7 +158,7 @@ def onboard_cmd(ctx: typer.Context,
                 answer_kind=answer_kind, benchmarks=benchmark, target_width=target_width, batch=batch,
                 concurrency=concurrency, timeout_s=timeout, retries=retries, max_tokens=max_tokens,
                 answer_log=answer_log, price_usd_per_mtok=_prices(prices, price_in, price_out, model),
-                max_usd=max_usd, register=register, promote=promote, replace=replace)
+                max_usd=max_usd, register=not no_register, promote=promote, replace=replace)
         except (EndpointError, OnboardingStopped) as e:
             console.print(f"[red]{e}[/red]", highlight=False, soft_wrap=True)
             raise typer.Exit(1)
@@ -219,3 +236,38 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
     for q in result.questions:
         cost = "" if q["cost_usd"] is None else f"\t{q['cost_usd']:.6f} USD"
         console.print(f"{q['question_id']}\t{q['benchmark']}{cost}")
+
+
+def _onboard_folder(folder: Path, space: str, register_as: Optional[str], promote: bool, replace: bool,
+                    as_json: bool) -> None:
+    """`jeirt onboard --from-data DIR`: every LLM of a results folder, on Ray, one new version."""
+    from ..distributed import init_ray
+    from ..distributed.onboard import onboard_folder
+    with expected_failures():
+        if not space.startswith("models:/"):
+            raise ValueError(f"--from-data needs a registered space (models:/<name>@<alias>), not {space!r}")
+        init_ray()
+        report = onboard_folder(folder, space, register=register_as, promote=promote, replace=replace,
+                                progress=not as_json)
+    if as_json:
+        print(json.dumps(report, indent=1))
+        return
+    for row in report["failed"]:
+        console.print(f"[yellow]skipped {row['llm']}: {row['reason']}[/yellow]", highlight=False, soft_wrap=True)
+    known = [r for r in report["skipped"] if r["reason"].startswith("already")]
+    other = [r for r in report["skipped"] if not r["reason"].startswith("already")]
+    for row in other:
+        console.print(f"[yellow]skipped {row['llm']}: {row['reason']}[/yellow]", highlight=False, soft_wrap=True)
+    if known:
+        console.print(f"[yellow]{len(known)} LLM(s) of the folder are already in the space, e.g. {known[0]['llm']} "
+                      f"(--replace refits them)[/yellow]", highlight=False, soft_wrap=True)
+    if report["questions_not_in_space"]:
+        console.print(f"[yellow]{report['questions_not_in_space']} of the folder's {report['questions']} questions "
+                      f"are not in the space: their answers are not used[/yellow]", highlight=False)
+    console.print(f"{report['onboarded']} of {report['llms']} LLMs onboarded ({report['resumed']} from an earlier "
+                  f"run's state, {report['state']}) in {report['wall_s']:.1f} s", highlight=False, soft_wrap=True)
+    if report["version"] is not None:
+        console.print(f"registered as version {report['version']} of {report['registered_as']}"
+                      + (f"; {report['promoted']} -> version {report['version']}" if report.get("promoted") else ""))
+    else:
+        console.print("nothing was registered: no LLM was onboarded")

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .dataset import ResponseData
+from .llm_table import llm_info, read_models
 from .errors import DataError
 from .importers import detect_format, import_results
 from .tables import read_table
@@ -121,7 +122,8 @@ def load_long_format(directory: str | Path, name: str | None = None) -> Response
     questions = validate_questions(qtable, str(qfile))
     responses = validate_responses(rtable, pd.Index(questions["question_id"]), str(rfile))
     data = ResponseData.from_frames(questions, responses, name=name or d.resolve().name, validated=True)
-    data.extra["folder"] = str(d)  # where side files (answer lengths) are found
+    data.extra["folder"] = str(d)  # where side files (answer lengths, models.csv) are found
+    data.extra["llms"] = llm_info(read_models(d), data.models)
     return data
 
 

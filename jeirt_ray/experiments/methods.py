@@ -14,7 +14,7 @@ from .prepare import Prepared, pair_probs
 from ..model.adaptive import space_error
 from ..model.baselines import KNN, Majority
 from ..model.metrics import binary_metrics
-from ..model.space import CoreSpace
+from ..model.space import CoreSpace, answer_table
 from ..model.train import FitResult, TrainConfig, fit
 from .selection import SearchSettings, fixed_config, rank_trials
 
@@ -36,6 +36,12 @@ def space_of(prep: Prepared, members: list, configs: list[TrainConfig], metadata
                  question_embeddings=prep.X, question_benchmarks=prep.data.benchmarks.tolist(),
                  member_configs=configs if any(c != configs[0] for c in configs) else [],
                  encoder_dir=prep.encoder_dir, question_texts=prep.data.texts.tolist())
+    llms = prep.data.extra.get("llms") or {}
+    if llms:  # sizes from the folder's models.csv: what serving filters candidates by
+        space.metadata["llms"] = {n: llms[n] for n in space.model_names if n in llms}
+    train = prep.pairs("train")
+    space.answers = answer_table(prep.data.n_models, prep.data.n_questions, train.m.numpy(), train.q.numpy(),
+                                 train.y.numpy())
     val = prep.pairs("val")
     if len(val.q):
         space.metadata["accuracy_error"] = space_error(space, prep.X, val.q.numpy(), val.m.numpy(), val.y.numpy(),

@@ -22,6 +22,9 @@ from safetensors.torch import load_file, save_file
 from .modules import JEIRT, build_module
 from .train import TrainConfig
 
+NOT_ANSWERED = 255  # CoreSpace.answers where an LLM has no label
+MAX_ANSWER_CELLS = 25_000_000  # a space keeps its LLMs' answers up to this many (25 MB); past it, none
+
 
 @dataclass
 class CoreSpace:
@@ -49,6 +52,10 @@ class CoreSpace:
     # the training questions' texts (aligned with question_ids), for the web explorer's map;
     # saved as question_texts.parquet
     question_texts: list[str] = field(default_factory=list)
+    # what each LLM answered on the training questions, for finding the LLMs that answer alike
+    # (zoo/similar.py): (LLMs, questions) uint8, the label in percent, NOT_ANSWERED where it has
+    # none; None where the space keeps none (more than MAX_ANSWER_CELLS, or an older space)
+    answers: np.ndarray | None = None
 
     @property
     def kind(self) -> str:
@@ -75,24 +82,44 @@ class CoreSpace:
     def model_vectors(self, member: int = 0) -> np.ndarray:
         return self.members[member].models.weight.detach().numpy().copy()
 
-    def with_model(self, name: str, vectors: list[np.ndarray]) -> "CoreSpace":
-        """A copy with LLM `name` set to one vector per member (added, or replaced if known)."""
+    def with_model(self, name: str, vectors: list[np.ndarray], answers: np.ndarray | None = None) -> "CoreSpace":
+        """A copy with LLM `name` set to one vector per member (added, or replaced if known);
+        `answers`: its row of `self.answers` (percent, NOT_ANSWERED where none), if known."""
+        return self.with_models([name], [np.asarray(v)[None] for v in vectors],
+                                None if answers is None else np.asarray(answers)[None])
+
+    def with_models(self, names: list[str], vectors: list[np.ndarray], answers: np.ndarray | None = None
+                    ) -> "CoreSpace":
+        """A copy with the LLMs `names` set to `vectors` (per member, (len(names), d)): added, or
+        replaced where known, in one pass (onboarding a thousand LLMs copies the members once)."""
         if len(vectors) != len(self.members):
             raise ValueError(f"need one vector per member ({len(self.members)}), got {len(vectors)}")
-        names = list(self.model_names)
-        row = names.index(name) if name in names else len(names)
-        if row == len(names):
-            names.append(name)
+        all_names = list(self.model_names)
+        index = {n: i for i, n in enumerate(all_names)}
+        rows = []
+        for name in names:
+            if name not in index:
+                index[name] = len(all_names)
+                all_names.append(name)
+            rows.append(index[name])
         members = []
         for mod, vec in zip(self.members, vectors):
             new = copy.deepcopy(mod)
             table = mod.models.weight.detach().clone()
-            if row == len(table):
-                table = torch.cat([table, table.new_zeros(1, table.shape[1])])
-            table[row] = torch.as_tensor(vec, dtype=table.dtype)
+            if len(all_names) > len(table):
+                table = torch.cat([table, table.new_zeros(len(all_names) - len(table), table.shape[1])])
+            table[rows] = torch.as_tensor(np.asarray(vec), dtype=table.dtype)
             new.models = torch.nn.Embedding.from_pretrained(table, freeze=False)
             members.append(new.eval())
-        return dataclasses.replace(self, members=members, model_names=names, metadata=copy.deepcopy(self.metadata))
+        kept = self.answers
+        if kept is not None:
+            grown = np.full((len(all_names), kept.shape[1]), NOT_ANSWERED, dtype=np.uint8)
+            grown[:len(kept)] = kept
+            if answers is not None:
+                grown[rows] = answers
+            kept = grown
+        return dataclasses.replace(self, members=members, model_names=all_names, metadata=copy.deepcopy(self.metadata),
+                                   answers=kept)
 
     def without_models(self, names: list[str]) -> "CoreSpace":
         """A copy without the LLMs `names` (e.g. held out of training: their vectors were never
@@ -104,7 +131,8 @@ class CoreSpace:
             new.models = torch.nn.Embedding.from_pretrained(mod.models.weight.detach()[keep].clone(), freeze=False)
             members.append(new.eval())
         return dataclasses.replace(self, members=members, model_names=[self.model_names[i] for i in keep], routing={},
-                                   metadata=copy.deepcopy(self.metadata))
+                                   metadata=copy.deepcopy(self.metadata),
+                                   answers=None if self.answers is None else self.answers[keep])
 
     # ---- persistence ---------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
@@ -122,6 +150,8 @@ class CoreSpace:
             import pyarrow as pa
             import pyarrow.parquet as pq
             pq.write_table(pa.table({"text": [str(t) for t in self.question_texts]}), d / "question_texts.parquet")
+        if self.answers is not None:
+            save_numpy({"answers": np.ascontiguousarray(self.answers, dtype=np.uint8)}, str(d / "answers.safetensors"))
         if self.routing:
             save_numpy({k: np.ascontiguousarray(v) for k, v in self.routing.items()}, str(d / "routing.safetensors"))
         (d / "space.json").write_text(json.dumps({
@@ -157,7 +187,18 @@ class CoreSpace:
                    meta.get("question_ids", []), meta.get("metadata", {}), embeddings,
                    meta.get("question_benchmarks", []), load_numpy(str(routing)) if routing.exists() else {},
                    member_configs, str(d / "encoder") if (d / "encoder").is_dir() else None,
-                   _read_texts(d / "question_texts.parquet"))
+                   _read_texts(d / "question_texts.parquet"),
+                   load_numpy(str(d / "answers.safetensors"))["answers"] if (d / "answers.safetensors").exists() else None)
+
+
+def answer_table(n_models: int, n_questions: int, m: np.ndarray, q: np.ndarray, labels: np.ndarray
+                 ) -> np.ndarray | None:
+    """`CoreSpace.answers` from (LLM, question, label) triples; None past MAX_ANSWER_CELLS."""
+    if n_models * n_questions > MAX_ANSWER_CELLS:
+        return None
+    table = np.full((n_models, n_questions), NOT_ANSWERED, dtype=np.uint8)
+    table[np.asarray(m), np.asarray(q)] = np.rint(np.clip(np.asarray(labels, dtype=np.float64), 0, 1) * 100)
+    return table
 
 
 def _read_texts(path: Path) -> list[str]:

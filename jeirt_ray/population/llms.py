@@ -3,37 +3,12 @@ slice a quick run takes, the split into known and new LLMs, and near-duplicates 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
 from ..data import DataError, ResponseData
 
 LEADERBOARD = ("arc", "gsm8k", "mmlu", "truthfulqa", "winogrande")  # models.csv's scores, in percent
-
-
-def read_models(folder: str | Path) -> pd.DataFrame | None:
-    """`models.csv` of a results folder, indexed by model (None where there is none): `params_b`
-    and the leaderboard's full-benchmark scores are read where present."""
-    path = Path(folder) / "models.csv"
-    if not path.is_file():
-        return None
-    table = pd.read_csv(path)
-    if "model" not in table.columns:
-        raise DataError(f"{path}: no column 'model' (columns: {', '.join(map(str, table.columns))})")
-    dup = table["model"][table["model"].duplicated()]
-    if len(dup):
-        raise DataError(f"{path}: row {int(dup.index[0]) + 2}, column model: {dup.iloc[0]!r} is listed twice")
-    for column in ("params_b", *LEADERBOARD):
-        if column in table.columns:
-            values = pd.to_numeric(table[column], errors="coerce")
-            bad = table[column].notna() & values.isna()
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise DataError(f"{path}: row {row + 2}, column {column}: {table[column].iloc[row]!r} is not a number")
-            table[column] = values
-    return table.set_index("model")
 
 
 def select_models(data: ResponseData, names) -> ResponseData:

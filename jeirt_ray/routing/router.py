@@ -27,6 +27,7 @@ from functools import cached_property
 import numpy as np
 
 from ..model.stacked import StackedJEIRT
+from ..zoo.catalog import BadFilter, CandidateFilter, Catalog, NoCandidates, UnknownLLMs
 from .centroids import Centroids
 from .costs import cheapest_within_margin, cost_weighted_choice, cost_weighted_scores, quality_target_choice
 from .decisions import DEFAULT_TOP_K, POLICIES, RouteDecision
@@ -49,6 +50,12 @@ class NotFound(RequestError):
     status = 404
 
 
+class BadRequest(RequestError):
+    """A filter of the request's that leaves nothing to choose from (e.g. no LLM matches its
+    candidates)."""
+    status = 400
+
+
 class Conflict(RequestError):
     """The request needs something that is not configured (e.g. a cost table), or a parameter
     that its choices call for (a policy's target), or gives one thing twice, differently."""
@@ -66,6 +73,7 @@ class SpaceRouter:
         self.space, self.default_policy = space, default_policy
         self.names = [str(n) for n in space.model_names]
         self.index = {n: i for i, n in enumerate(self.names)}
+        self.catalog = Catalog(self.names, space.metadata.get("llms"))
         self.usd_per_call = None
         if usd_per_call:
             missing = [n for n in self.names if n not in usd_per_call]
@@ -180,15 +188,24 @@ class SpaceRouter:
                 self._budget_weights.popitem(last=False)
         return weight
 
-    def candidates(self, names: list[str] | None, max_cost: float | None, cost: np.ndarray | None) -> np.ndarray:
-        """Column indices of the LLMs a request allows."""
-        cand = np.arange(len(self.names))
-        if names:
-            unknown = [c for c in names if c not in self.index]
-            if unknown:
-                raise NotFound(f"unknown candidate LLM(s) {unknown}; this space serves {len(self.names)} "
-                               f"LLMs (GET /v1/models)")
-            cand = np.array([self.index[c] for c in dict.fromkeys(names)])
+    def allowed(self, candidates=None, max_params_b: float | None = None) -> np.ndarray | None:
+        """Column indices of the LLMs that `candidates` (names or globs, one glob, or {names|match,
+        max_params_b}) and `max_params_b` allow, in the space's order; None: every LLM. Unknown
+        names: NotFound (404); a filter that leaves none: BadRequest (400), naming it."""
+        try:
+            return self.catalog.select(CandidateFilter.of(candidates, max_params_b))
+        except BadFilter as e:
+            raise RequestError(str(e)) from None
+        except UnknownLLMs as e:
+            raise NotFound(str(e)) from None
+        except NoCandidates as e:
+            raise BadRequest(str(e)) from None
+
+    def candidates(self, candidates, max_params_b: float | None, max_cost: float | None, cost: np.ndarray | None
+                   ) -> np.ndarray:
+        """Column indices of the LLMs a request allows: `allowed`, then those costing at most `max_cost`."""
+        chosen = self.allowed(candidates, max_params_b)
+        cand = np.arange(len(self.names)) if chosen is None else chosen
         if max_cost is not None:
             cand = cand[cost[:, cand].max(0) <= max_cost]
             if not len(cand):
@@ -231,7 +248,8 @@ class SpaceRouter:
               top_k: int | None = DEFAULT_TOP_K, cost_weight: float = 0.0, margin: float = 0.02,
               max_cost: float | None = None, min_p: float | None = None, ranking: int = 5,
               texts: list[str] | None = None, target_p: float | None = None, target_share: float | None = None,
-              budget_per_1k: float | None = None) -> list[RouteDecision]:
+              budget_per_1k: float | None = None, max_params_b: float | None = None,
+              ranked_scores: bool = False, also: list[str] = ()) -> list[RouteDecision]:
         """One decision per row of `x` (encoder embeddings; `texts`: the queries, whose tokens
         are priced): `chosen`, `policy`, `p_correct`, `propensity` and `explored` (1 and False
         unless `self.exploration` is set), `expected_cost` (USD), `difficulty`
@@ -239,7 +257,11 @@ class SpaceRouter:
         pick, then the next best once the ones before are taken away, at most `ranking` of them:
         a gateway's fallbacks), and `scores` (every allowed LLM's p, the policy's own `score` and
         expected cost, by p, the first `top_k`). `min_p` allows only the LLMs whose p reaches it;
-        `max_cost` only those that cost at most that many USD per call."""
+        `max_cost` only those that cost at most that many USD per call. `candidates`: a list of
+        names or globs ("*Mistral*", any case), one glob, or {"names": ..., "max_params_b": ...};
+        `max_params_b`: only LLMs of known size up to that many billion parameters.
+        `ranked_scores`: `scores` also holds the LLMs of `ranking`, and of `also` where allowed,
+        after the first `top_k` (what a log or a gateway needs of a space of thousands)."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float32))
         policy = policy or self.default_policy
         _check_numbers(top_k=(top_k, 1, None, True), ranking=(ranking, 1, None, True),
@@ -249,8 +271,6 @@ class SpaceRouter:
         for name, value in (("target_share", target_share), ("budget_per_1k", budget_per_1k)):
             if value is not None and value == 0:
                 raise RequestError(f"{name} must be above 0")
-        if candidates is not None and (isinstance(candidates, str) or not len(candidates)):
-            raise RequestError("candidates must be a non-empty list of LLM names (leave it out for every LLM)")
         if policy not in POLICIES:
             raise RequestError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
         if (policy in COST_POLICIES or max_cost is not None) and not self.priced:
@@ -265,7 +285,7 @@ class SpaceRouter:
             raise Conflict("policy 'budget' needs budget_per_1k (USD per 1,000 queries)")
         nearest = self.nearest(x) if self.centroids is not None else None
         cost = self.cost_matrix(x, texts, nearest)
-        cand = self.candidates(candidates, max_cost, cost)
+        cand = self.candidates(candidates, max_params_b, max_cost, cost)
         p, norms = self.predicted(x)
         allowed = np.zeros(p.shape, dtype=bool)
         allowed[:, cand] = True
@@ -292,11 +312,17 @@ class SpaceRouter:
         def cost_of(i, j):
             return None if cost is None else float(cost[i, j])
 
+        extra = [self.index[n] for n in also if n in self.index]
         out = []
         for i in range(len(p)):
             pick = int(order[0][i])
             cols = np.flatnonzero(allowed[i])
-            by_p = cols[np.argsort(-p[i, cols], kind="stable")][:top_k or None]
+            by_p = _top(p[i], cols, top_k)
+            if ranked_scores or extra:
+                listed = set(by_p.tolist())
+                more = [j for j in [int(o[i]) for o in order if o[i] >= 0] + [e for e in extra if allowed[i, e]]
+                        if not (j in listed or listed.add(j))]
+                by_p = np.r_[by_p, np.array(more, dtype=by_p.dtype)]
             out.append({"query_index": i, "chosen": self.names[pick], "policy": policy, "p_correct": float(p[i, pick]),
                         "propensity": float(propensity[i]), "explored": bool(explored[i]),
                         "expected_cost": cost_of(i, pick), "difficulty": float(norms[i]),
@@ -305,6 +331,14 @@ class SpaceRouter:
                         "scores": [{"model": self.names[j], "p_correct": float(p[i, j]), "score": float(score[i, j]),
                                     "cost": cost_of(i, j)} for j in by_p]})
         return out
+
+
+def _top(p: np.ndarray, cols: np.ndarray, k: int | None) -> np.ndarray:
+    """The columns `cols` of the `k` highest `p` (None: all), highest first (ties: lower column
+    first); a partition first where k is a small part of thousands."""
+    if k is not None and k < len(cols) // 4:
+        cols = cols[np.sort(np.argpartition(-p[cols], k - 1)[:k])]
+    return cols[np.argsort(-p[cols], kind="stable")][:k]
 
 
 def _aligned(prices: LLMPrices, names: list[str]) -> LLMPrices:

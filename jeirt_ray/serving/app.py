@@ -23,9 +23,10 @@ import functools
 import logging
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
-from fastapi import Header, HTTPException, Request, Response
+from fastapi import Header, HTTPException, Query, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse
 from ray import serve
 
@@ -49,8 +50,10 @@ from .shadow import ShadowRouting
 from .replicas import Encoder, Onboarder, ThreadedEncoder
 from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, FeedbackRequest, FeedbackResponse, HealthResponse, KeyResponse, LLMsResponse, MapResponse,
                       ModelsResponse, OnboardRequest, OnboardResponse, PlanRequest, PlanResponse, RouteRequest,
-                      RouteResponse)
+                      RouteResponse, SimilarResponse)
 from .settings import AppArgs, DecisionsConfig, RouterConfig
+from ..zoo.catalog import DEFAULT_PAGE, MAX_PAGE, NoCandidates, model_cards
+from ..zoo.similar import similar
 
 STATIC = Path(__file__).with_name("static")
 log = logging.getLogger("jeirt.serve")
@@ -159,8 +162,10 @@ class Router:
         core, version = self.live.current(), self.live.version
         recorder = self.recorder
         top_k = options.get("top_k")
-        if recorder.log is not None:  # the log keeps every allowed LLM's p; the answer lists top_k
-            options = {**options, "top_k": None}
+        if recorder.log is not None:  # the log keeps the p of up to log_candidates LLMs; the answer lists top_k
+            cap = recorder.config.log_candidates
+            options = {**options, "top_k": None if cap is None or top_k is None else max(top_k, cap),
+                       "ranked_scores": True}
         try:  # on the loop only while routes are known to be that cheap (offload.py)
             results = await self.route_offload.run(core.route, x, texts=texts, items=len(texts), **options)
         except RequestError as e:
@@ -171,7 +176,7 @@ class Router:
         decision_id = recorder.new_id()
         rows = recorder.rows(decision_id, route, key, core, version, results, x, texts)
         self.shadow.offer(recorder, decision_id, route, key, x, texts, options)
-        if top_k is not None:
+        if top_k is not None and route == "route":  # chat reads the ranked LLMs' p (gateway.routing_of)
             for r in results:
                 r["scores"] = r["scores"][:top_k]
         done = time.perf_counter()
@@ -201,6 +206,8 @@ class Router:
                                                              "retention, or not written yet)"},
         409: {"model": ErrorBody, "description": "this source graded this decision before with another score, the "
                                                  "LLM named did not answer it, or its answer failed"},
+        429: {"model": ErrorBody, "description": "the key's grades per minute or per day are used up (Retry-After); "
+                                                 "nothing was recorded"},
         503: {"model": ErrorBody, "description": "the feedback store or the decision log cannot be used now "
                                                  "(Retry-After); nothing was recorded"}}, **scoped("feedback"))
     async def feedback(self, body: FeedbackRequest, request: Request = None) -> dict:
@@ -208,6 +215,13 @@ class Router:
         once per decision and source (a repeat with the same score changes nothing). A key grades
         only the decisions routed under it, as the sources it was made for (admin keys: any)."""
         key = request.scope.get(KEY_SCOPE) if request is not None else None
+        if key is not None and (key.grades_per_minute is not None or key.grades_per_day is not None):
+            admitted = await asyncio.to_thread(self.access.store.admit_grade, key)
+            if not admitted.allowed:
+                cap = getattr(key, admitted.limit)
+                raise HTTPException(429, f"this key's {admitted.limit} ({cap}) is used up: nothing was recorded; "
+                                         f"retry in {admitted.retry_after_s} s",
+                                    headers={"Retry-After": str(admitted.retry_after_s)})
         try:
             return await self.recorder.grade(body, key)
         except RequestError as e:
@@ -223,14 +237,15 @@ class Router:
                    x_jeirt_policy: PolicyName = Header(None, description="as the body's `policy`"),
                    x_jeirt_max_cost: float = Header(None, ge=0, description="as the body's `max_cost`"),
                    x_jeirt_candidates: str = Header(None, pattern=r"[^ ,]", max_length=20_000,
-                                                    description="comma-separated, as `candidates`"),
+                                                    description="comma-separated names or globs, as `candidates`"),
                    x_jeirt_min_p: float = Header(None, ge=0, le=1, description="as the body's `min_p`"),
                    x_jeirt_conversation: str = Header(None, min_length=1, max_length=256,
                                                       description="a conversation key, as `user`"),
                    x_jeirt_sticky: bool = Header(None, description="as the body's `sticky`"),
                    x_jeirt_target_p: float = Header(None, ge=0, le=1, description="as the body's `target_p`"),
                    x_jeirt_target_share: float = Header(None, gt=0, le=1, description="as the body's `target_share`"),
-                   x_jeirt_budget_per_1k: float = Header(None, gt=0, description="as the body's `budget_per_1k`")):
+                   x_jeirt_budget_per_1k: float = Header(None, gt=0, description="as the body's `budget_per_1k`"),
+                   x_jeirt_max_params_b: float = Header(None, ge=0, description="as the body's `max_params_b`")):
         """OpenAI's chat completions: route the conversation to an LLM and answer with its
         upstream (streamed with `stream: true`), falling back to the next LLM of the policy's
         order when an upstream fails before its first byte. Response headers say who answered
@@ -239,7 +254,7 @@ class Router:
                  "candidates": [c.strip() for c in x_jeirt_candidates.split(",") if c.strip()]
                  if x_jeirt_candidates else None, "conversation": x_jeirt_conversation, "sticky": x_jeirt_sticky,
                  "target_p": x_jeirt_target_p, "target_share": x_jeirt_target_share,
-                 "budget_per_1k": x_jeirt_budget_per_1k}
+                 "budget_per_1k": x_jeirt_budget_per_1k, "max_params_b": x_jeirt_max_params_b}
         names = [k.lower() for k in (request.headers.keys() if request is not None else ())]
         try:
             ctl = ChatControl.from_request(body.model_dump(), {k: v for k, v in given.items() if v is not None}, names)
@@ -307,17 +322,42 @@ class Router:
             raise HTTPException(409, f"the served space cannot plan onboarding: {e}")
         return {"space": core.label, **result.to_dict()}
 
-    @api.get("/v1/models", response_model=ModelsResponse, responses={500: ERRORS[500]}, **scoped("route"))
-    async def models(self) -> dict:
+    @api.get("/v1/models", response_model=ModelsResponse, responses={400: ERRORS[400], 404: ERRORS[404],
+                                                                       500: ERRORS[500]}, **scoped("route"))
+    async def models(self, limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description="LLMs per page"),
+                     after: str = Query(None, min_length=1, max_length=512, description="the last id of the page "
+                                                                                         "before"),
+                     contains: str = Query(None, min_length=1, max_length=512, description="only LLMs whose name "
+                                                                                            "contains this, any case"),
+                     max_params_b: float = Query(None, ge=0, description="only LLMs of known size up to this many "
+                                                                         "billion parameters")) -> dict:
+        """The served LLMs a page at a time, in the space's order, with their prices and sizes."""
         core = self.live.current()
-        prices = core.prices
-        return {"object": "list", "space": core.label, "alias": self.live.config.alias,
-                "data": [{"id": n, "object": "model", "owned_by": "jeirt", "registry_version": self.live.version,
-                          **dict.fromkeys(("usd_per_call", "cost"),
-                                          None if core.usd_per_call is None else float(core.usd_per_call[i])),
-                          "input_usd_per_mtok": None if prices is None else float(prices.input_usd_per_mtok[i]),
-                          "output_usd_per_mtok": None if prices is None else float(prices.output_usd_per_mtok[i])}
-                         for i, n in enumerate(core.names)]}
+        try:
+            rows, more = core.catalog.page(limit, after, contains, max_params_b)
+        except LookupError as e:
+            raise HTTPException(404, str(e))
+        except NoCandidates as e:
+            raise HTTPException(400, str(e))
+        data = model_cards(core, rows, self.live.version)
+        return {"object": "list", "space": core.label, "alias": self.live.config.alias, "data": data,
+                "has_more": more, "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None, "total": len(core.names)}
+
+    @api.get("/v1/similar", response_model=SimilarResponse, responses={404: ERRORS[404], 422: ERRORS[422],
+                                                                        500: ERRORS[500]}, **scoped("explore"))
+    async def similar(self, llm: str = Query(..., min_length=1, max_length=512, description="an LLM of the space"),
+                      k: int = Query(10, ge=1, le=100), by: Literal["agreement", "cosine"] = "agreement") -> dict:
+        """The `k` LLMs that answer most like `llm`: their agreement on the questions both answered,
+        and the cosine of their vectors (zoo/similar.py)."""
+        core = self.live.current()
+        try:
+            table = await asyncio.to_thread(similar, core.space, llm, k, by)
+        except LookupError as e:
+            raise HTTPException(404, str(e))
+        rows = [{k_: (None if isinstance(v, float) and not np.isfinite(v) else v) for k_, v in r.items()}
+                for r in table.to_dict("records")]
+        return {"space": core.label, "llm": llm, "by": by, "similar": rows}
 
     # ---- the web explorer ----------------------------------------------------------------------
     def _explore(self, what: str) -> tuple[str, dict]:

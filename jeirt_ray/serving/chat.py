@@ -31,14 +31,15 @@ class ChatFlow:
         started = time.perf_counter()
         config = self.live.config
         core = self.live.current()
-        reachable, candidates = reachable_candidates(core.names, core.index, config, ctl.candidates)
+        reachable, candidates = reachable_candidates(core, config, ctl)
         # a conversation key is the caller's own: another key's "u1" is another conversation
         conversation = f"{getattr(key, 'id', '-')}/{ctl.conversation}" if ctl.conversation else None
         sticky = conversations.get(conversation) if conversation and ctl.sticky else None
         # a conversation with a key is routed by its first user message (the same LLM every turn, on
         # any replica); without one, each turn by its last
         text = body.first_user_text if ctl.conversation and ctl.sticky else body.last_user_text
-        routed, rows = await self.route([text], {"candidates": candidates, "policy": ctl.policy, "top_k": None,
+        routed, rows = await self.route([text], {"candidates": candidates, "policy": ctl.policy, "top_k": 5,
+                                           "ranked_scores": True, "also": [sticky] if sticky else [],
                                            "max_cost": ctl.max_cost, "min_p": ctl.min_p, "target_p": ctl.target_p,
                                            "target_share": ctl.target_share, "budget_per_1k": ctl.budget_per_1k,
                                            "ranking": max(16, 4 * config.gateway.max_tries)}, timing, route="chat",

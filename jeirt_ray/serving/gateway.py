@@ -30,20 +30,21 @@ log = logging.getLogger("jeirt.serve")
 CONTROL_HEADERS = {"x-jeirt-policy": "policy", "x-jeirt-max-cost": "max_cost", "x-jeirt-candidates": "candidates",
                    "x-jeirt-min-p": "min_p", "x-jeirt-conversation": "conversation", "x-jeirt-sticky": "sticky",
                    "x-jeirt-target-p": "target_p", "x-jeirt-target-share": "target_share",
-                   "x-jeirt-budget-per-1k": "budget_per_1k"}
+                   "x-jeirt-budget-per-1k": "budget_per_1k", "x-jeirt-max-params-b": "max_params_b"}
 
 
 @dataclass
 class ChatControl:
     policy: str | None = None
     max_cost: float | None = None
-    candidates: list[str] | None = None
+    candidates: list[str] | str | dict | None = None  # names or globs, one glob, or {names|match, max_params_b}
     min_p: float | None = None
     conversation: str | None = None
-    sticky: bool = True
+    sticky: bool = False
     target_p: float | None = None
     target_share: float | None = None
     budget_per_1k: float | None = None
+    max_params_b: float | None = None
 
     @classmethod
     def from_request(cls, body: dict, headers: dict, header_names: list[str] = ()) -> "ChatControl":
@@ -56,7 +57,7 @@ class ChatControl:
             raise RequestError(f"unknown header(s) {unknown}; the gateway reads {', '.join(CONTROL_HEADERS)}")
         values = {"conversation": body.get("user")} if body.get("user") else {}
         for name in ("policy", "max_cost", "candidates", "min_p", "sticky", "target_p", "target_share",
-                     "budget_per_1k"):
+                     "budget_per_1k", "max_params_b"):
             if body.get(name) is not None:
                 values[name] = body[name]
         for name, value in headers.items():
@@ -66,6 +67,9 @@ class ChatControl:
                 raise Conflict(f"{name} is given twice, differently: {where} is {values[name]!r}, the header "
                                    f"{header} is {value!r}")
             values[name] = value
+        # OpenAI's `user` names an end user, who has many conversations: it pins the LLM only with
+        # sticky true; a conversation key of its own (x-jeirt-conversation) pins unless sticky false
+        values.setdefault("sticky", "conversation" in headers)
         return cls(**values)
 
 
@@ -407,17 +411,19 @@ async def _ended(answer: Answer, on_end, meter: StreamMeter) -> None:
 
 # ---- a chat request's routing: the LLMs it may ask, their order, and what the answer says of it ----
 
-def reachable_candidates(names: list[str], index: dict, config, requested: list[str] | None
-                         ) -> tuple[set[str] | None, list[str] | None]:
+def reachable_candidates(core, config, ctl: ChatControl) -> tuple[set[str] | None, list[str] | None]:
     """(the LLMs that have an upstream, None where no upstream is configured; the candidates to
-    route among: the requested ones that can be asked). Unknown names are left for the router to
-    refuse (404 naming them); Conflict (409) when none of the requested LLMs has an upstream."""
-    reachable = {n for n in names if config.upstream(n)} if config.upstreams else None
+    route among: those the request's filter allows (names, globs, a size bound: unknown names a
+    404, none matching a 400) that can be asked). Conflict (409) when none of them has an upstream."""
+    chosen = core.allowed(ctl.candidates, ctl.max_params_b)
+    requested = None if chosen is None or len(chosen) == len(core.names) else [core.names[i] for i in chosen]
+    reachable = {n for n in core.names if config.upstream(n)} if config.upstreams else None
     candidates = requested
-    if reachable is not None and all(c in index for c in requested or ()):
-        candidates = [c for c in (requested or names) if c in reachable]
+    if reachable is not None:
+        candidates = [c for c in (requested or core.names) if c in reachable]
         if not candidates:
-            raise Conflict(f"none of the candidate LLMs {requested} has an upstream (user_config.upstreams names "
+            filtered = f"the candidate LLMs {requested[:10]}" if requested else "the space's LLMs"
+            raise Conflict(f"none of {filtered} has an upstream (user_config.upstreams names "
                            f"{sorted(reachable)[:10]})")
     return reachable, candidates
 

@@ -47,7 +47,9 @@ _keys = sa.Table(
     sa.Column("usd_per_day", sa.Float), sa.Column("usd_per_month", sa.Float),
     sa.Column("created", sa.Float, nullable=False), sa.Column("revoked", sa.Float),
     # the feedback sources a key may claim (comma-separated; null, for keys made before: user)
-    sa.Column("sources", sa.String(64)))
+    sa.Column("sources", sa.String(64)),
+    # how many grades (POST /v1/feedback) it may give per minute and per UTC day (null: no cap)
+    sa.Column("grades_per_minute", sa.Integer), sa.Column("grades_per_day", sa.Integer))
 # one row per key and period: "min:<minute since the epoch, 12 digits>", "day:<YYYY-MM-DD>",
 # "mon:<YYYY-MM>" (UTC; fixed widths, so that periods of a kind sort as strings)
 _usage = sa.Table(
@@ -79,6 +81,8 @@ class Key:
     created: float = 0.0
     revoked: float | None = None
     sources: tuple[str, ...] = ("user",)
+    grades_per_minute: int | None = None
+    grades_per_day: int | None = None
 
     def allows(self, scope: str) -> bool:
         return "admin" in self.scopes or scope in self.scopes
@@ -88,7 +92,8 @@ class Key:
         return "admin" in self.scopes or source in self.sources
 
     def limits(self) -> dict:
-        return {"rpm": self.rpm, "tpm": self.tpm, "usd_per_day": self.usd_per_day, "usd_per_month": self.usd_per_month}
+        return {"rpm": self.rpm, "tpm": self.tpm, "usd_per_day": self.usd_per_day, "usd_per_month": self.usd_per_month,
+                "grades_per_minute": self.grades_per_minute, "grades_per_day": self.grades_per_day}
 
     def public(self) -> dict:
         return {"id": self.id, "name": self.name, "scopes": list(self.scopes), "sources": list(self.sources),
@@ -114,6 +119,12 @@ class Admission:
 def periods(now: float) -> dict[str, str]:
     t = dt.datetime.fromtimestamp(now, dt.timezone.utc)
     return {"minute": f"min:{int(now // 60):012d}", "day": f"day:{t:%Y-%m-%d}", "month": f"mon:{t:%Y-%m}"}
+
+
+def grade_periods(now: float) -> dict[str, str]:
+    """The usage rows that count a key's grades (apart from its requests)."""
+    t = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    return {"minute": f"gm:{int(now // 60):012d}", "day": f"gd:{t:%Y-%m-%d}"}
 
 
 def seconds_left(now: float, period: str) -> int:
@@ -162,30 +173,35 @@ class KeyStore:
             with self._lock:
                 if not self._ready:
                     create_tables(_meta, self.engine)
-                    add_new_columns(_keys, self.engine)  # sources came later
+                    add_new_columns(_keys, self.engine)  # sources and the grade caps came later
                     self._ready = True
         return self.engine.begin()
 
     # ---- administration --------------------------------------------------------------------------
     def create(self, name: str, scopes, rpm: int | None = None, tpm: int | None = None,
                usd_per_day: float | None = None, usd_per_month: float | None = None,
-               sources="user") -> tuple[Key, str]:
+               sources="user", grades_per_minute: int | None = None, grades_per_day: int | None = None
+               ) -> tuple[Key, str]:
         """A new key: (its record, the key itself, shown this once). `sources`: what its grades may
-        say they come from (user; judge and key for the graders' own keys)."""
+        say they come from (user; judge and key for the graders' own keys); `grades_per_minute`
+        and `grades_per_day`: how many grades it may give (so one tenant cannot outvote the rest)."""
         if not name or not name.strip():
             raise ValueError("a key needs a --name (who or what uses it)")
-        for label, value in (("rpm", rpm), ("tpm", tpm), ("usd_per_day", usd_per_day), ("usd_per_month", usd_per_month)):
+        for label, value in (("rpm", rpm), ("tpm", tpm), ("usd_per_day", usd_per_day), ("usd_per_month", usd_per_month),
+                             ("grades_per_minute", grades_per_minute), ("grades_per_day", grades_per_day)):
             if value is not None and not value >= 0:
                 raise ValueError(f"{label} must be >= 0, not {value!r}")
         key_id = secrets.token_hex(4)
         secret = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
         record = Key(key_id, name.strip(), check_scopes(scopes), rpm, tpm, usd_per_day, usd_per_month, time.time(),
-                     sources=check_sources(sources))
+                     sources=check_sources(sources), grades_per_minute=grades_per_minute,
+                     grades_per_day=grades_per_day)
         with self._begin() as c:
             c.execute(_keys.insert().values(id=record.id, name=record.name, hash=digest(secret),
                                             scopes=",".join(record.scopes), rpm=rpm, tpm=tpm, usd_per_day=usd_per_day,
                                             usd_per_month=usd_per_month, created=record.created,
-                                            sources=",".join(record.sources)))
+                                            sources=",".join(record.sources), grades_per_minute=grades_per_minute,
+                                            grades_per_day=grades_per_day))
         return record, secret
 
     def list(self, revoked: bool = False) -> list[Key]:
@@ -245,6 +261,23 @@ class KeyStore:
         self._prune_due(now)  # route-only traffic records nothing: its minute rows are pruned here
         return Admission(True, usage={**used, "requests_minute": count})
 
+    def admit_grade(self, key: Key, now: float | None = None) -> Admission:
+        """Count one grade of `key` against its caps (per minute, then per day), or refuse it
+        (a refused grade counts against neither, except a day's refusal against its minute)."""
+        now = time.time() if now is None else now
+        per = grade_periods(now)
+        used = {}
+        with self._begin() as c:
+            for limit, period in (("grades_per_minute", "minute"), ("grades_per_day", "day")):
+                cap = getattr(key, limit)
+                if cap is None:
+                    continue
+                count = self._count(c, key.id, per[period], cap)
+                if count is None:
+                    return Admission(False, limit, seconds_left(now, period), {f"grades_{period}": cap})
+                used[f"grades_{period}"] = count
+        return Admission(True, usage=used)
+
     def record(self, key_id: str, tokens: int = 0, usd: float = 0.0, now: float | None = None) -> None:
         """Count an answer's tokens and spend against the key."""
         if not tokens and not usd:
@@ -269,13 +302,13 @@ class KeyStore:
         table stays bounded by keys x periods kept)."""
         now = time.time() if now is None else now
         self.pruned = now
-        oldest_minute = periods(now - 120)["minute"]
-        oldest_day = periods(now - 62 * 86400)["day"]
+        gone = 0
         with self._begin() as c:
-            gone = c.execute(_usage.delete().where(_usage.c.period.startswith("min:"),
-                                                   _usage.c.period < oldest_minute)).rowcount
-            gone += c.execute(_usage.delete().where(_usage.c.period.startswith("day:"),
-                                                    _usage.c.period < oldest_day)).rowcount
+            for kinds in (periods, grade_periods):
+                oldest_minute, oldest_day = kinds(now - 120)["minute"], kinds(now - 62 * 86400)["day"]
+                for oldest in (oldest_minute, oldest_day):
+                    gone += c.execute(_usage.delete().where(_usage.c.period.startswith(oldest.split(":")[0] + ":"),
+                                                            _usage.c.period < oldest)).rowcount
         return gone
 
     # ---- SQL -------------------------------------------------------------------------------------
@@ -330,7 +363,8 @@ class KeyStore:
 
 def _key(row) -> Key:
     return Key(row.id, row.name, tuple(row.scopes.split(",")), row.rpm, row.tpm, row.usd_per_day, row.usd_per_month,
-               row.created, row.revoked, tuple((row.sources or "user").split(",")))
+               row.created, row.revoked, tuple((row.sources or "user").split(",")), row.grades_per_minute,
+               row.grades_per_day)
 
 
 def _sqlite_pragmas(connection, _record) -> None:

@@ -89,6 +89,10 @@ class DecisionsConfig(BaseModel):
         "embedding", description="what of a query is kept: nothing, the encoder's vector (what learning needs), or "
                                  "the vector and the text")
     log_answers: Literal["none", "text"] = Field("none", description="keep the upstream's answer text")
+    log_candidates: int | None = Field(256, ge=1, description="the P(correct) kept per decision: of the allowed "
+                                                              "LLMs with the highest, at most this many, and always "
+                                                              "those of the policy's ranking (null: every allowed "
+                                                              "LLM; a space of thousands makes that slow and large)")
     flush_s: float = Field(1.0, gt=0, le=300, description="the buffer is written at least this often: a replica "
                                                           "that dies loses at most this much of its log")
     flush_rows: int = Field(1000, ge=1, le=1_000_000, description="and whenever it holds this many rows")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from ...routing.decisions import PolicyName
-from .common import BLANK, MAX_QUERY_CHARS, TEXT_PATTERN, ErrorBody, _a_number, unicode_text_only
+from .common import BLANK, MAX_QUERY_CHARS, Candidates, TEXT_PATTERN, ErrorBody, _a_number, unicode_text_only
 
 
 class ChatMessage(BaseModel):
@@ -18,7 +18,8 @@ USER_MESSAGE = {"type": "object", "required": ["role", "content"],
                 "properties": {"role": {"const": "user"}, "content": {"type": "string", "pattern": TEXT_PATTERN}}}
 
 
-CONTROL_FIELDS = ("policy", "max_cost", "candidates", "min_p", "sticky", "target_p", "target_share", "budget_per_1k")
+CONTROL_FIELDS = ("policy", "max_cost", "candidates", "min_p", "sticky", "target_p", "target_share", "budget_per_1k",
+                  "max_params_b")
 
 
 class ChatRequest(BaseModel):
@@ -35,16 +36,20 @@ class ChatRequest(BaseModel):
     user: str | None = Field(None, max_length=256, description="OpenAI's end-user id; also the conversation key")
     policy: PolicyName | None = Field(None, description="the routing policy (default: the service's)")
     max_cost: float | None = Field(None, ge=0, description="allow only LLMs costing at most this per call")
-    candidates: list[str] | None = Field(None, min_length=1, description="the LLMs allowed")
+    candidates: Candidates | None = None
+    max_params_b: float | None = Field(None, ge=0, description="allow only LLMs of known size up to this many "
+                                                              "billion parameters")
     min_p: float | None = Field(None, ge=0, le=1, description="allow only LLMs whose P(correct) reaches this")
-    sticky: StrictBool | None = Field(None, description="false: route this turn afresh even with a conversation key")
+    sticky: StrictBool | None = Field(None, description="true: `user` is a conversation key, and the conversation "
+                                                        "keeps its LLM; false: route this turn afresh (default: "
+                                                        "pinned only by an x-jeirt-conversation header)")
     target_p: float | None = Field(None, ge=0, le=1, description="quality_target: the cheapest LLM whose p reaches "
                                                                  "this")
     target_share: float | None = Field(None, gt=0, le=1, description="quality_target: the cheapest LLM whose p "
                                                                      "reaches this share of the best p")
     budget_per_1k: float | None = Field(None, gt=0, description="budget: USD per 1,000 requests on average")
 
-    _numbers = field_validator("max_cost", "min_p", "target_p", "target_share", "budget_per_1k",
+    _numbers = field_validator("max_cost", "min_p", "target_p", "target_share", "budget_per_1k", "max_params_b",
                                mode="before")(_a_number)
     _text = model_validator(mode="before")(unicode_text_only)  # extra fields go upstream as they came
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Union
 
-from pydantic import BaseModel, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from ...routing.decisions import PolicyName
 
@@ -86,3 +86,25 @@ class ErrorBody(BaseModel):
     """Every error answer: a one-line `error`, and for validation errors each problem in `detail`."""
     error: str
     detail: list[ErrorItem] | None = None
+
+
+LLMName = Field(min_length=1, max_length=512)
+
+
+class CandidateObject(BaseModel):
+    """The LLMs a request allows, as an object: `names` (names or globs) and/or `max_params_b`."""
+    model_config = ConfigDict(extra="forbid")
+    names: list[Annotated[str, LLMName]] | Annotated[str, LLMName] | None = Field(
+        None, description="LLM names or globs (\"*Mistral*\", any case)")
+    match: Annotated[str, LLMName] | None = Field(None, description="one glob (as names)")
+    max_params_b: float | None = Field(None, ge=0, description="only LLMs of known size up to this many billion "
+                                                               "parameters")
+
+    _numbers = field_validator("max_params_b", mode="before")(_a_number)
+
+
+# what `candidates` takes: a list of LLM names or globs, one glob ("*Mistral*"), or an object
+Candidates = Annotated[Union[Annotated[list[Annotated[str, LLMName]], Field(min_length=1)], Annotated[str, LLMName],
+                             CandidateObject],
+                       Field(description="the LLMs allowed: a list of names or globs (\"*Mistral*\", any case), one "
+                                         "glob, or {names|match, max_params_b}; none matching is a 400")]

@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ...routing.decisions import DEFAULT_TOP_K, RouteDecision
 from ...core.renamed import renamed_fields
-from .common import BLANK, MAX_QUERIES, Policy, Query, _a_number, exactly_one_of
+from .common import BLANK, MAX_QUERIES, Candidates, Policy, Query, _a_number, exactly_one_of
 
 
 class RouteRequest(BaseModel):
@@ -23,7 +23,9 @@ class RouteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one_of("query", "string", "queries", "array"))
     query: Query | None = None
     queries: list[Query] | None = Field(None, min_length=1, max_length=MAX_QUERIES)
-    candidates: list[str] | None = Field(None, min_length=1)
+    candidates: Candidates | None = None
+    max_params_b: float | None = Field(None, ge=0, description="allow only LLMs of known size up to this many "
+                                                              "billion parameters")
     top_k: int | None = Field(DEFAULT_TOP_K, ge=1, description="LLMs listed in `scores` (null: every allowed one)")
     policy: Policy | None = None
     cost_weight: float = Field(0.0, ge=0)
@@ -38,7 +40,7 @@ class RouteRequest(BaseModel):
                                                                 "average")
 
     _numbers = field_validator("top_k", "cost_weight", "margin", "max_cost", "min_p", "target_p", "target_share",
-                               "budget_per_1k", mode="before")(_a_number)
+                               "budget_per_1k", "max_params_b", mode="before")(_a_number)
 
     @model_validator(mode="before")
     @classmethod
@@ -57,8 +59,9 @@ class RouteRequest(BaseModel):
 
     def options(self) -> dict:
         """The routing options, as `routing.router.SpaceRouter.route` takes them."""
-        return self.model_dump(include={"policy", "candidates", "top_k", "cost_weight", "margin", "max_cost", "min_p",
-                                        "target_p", "target_share", "budget_per_1k"})
+        options = self.model_dump(include={"policy", "top_k", "cost_weight", "margin", "max_cost", "min_p",
+                                           "target_p", "target_share", "budget_per_1k", "max_params_b"})
+        return {**options, "candidates": self.candidates}
 
 
 class RouteResponse(BaseModel):

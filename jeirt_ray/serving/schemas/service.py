@@ -16,13 +16,37 @@ class ModelCard(BaseModel):
     cost: float | None = Field(description="deprecated: the same as usd_per_call", deprecated=True)
     input_usd_per_mtok: float | None = Field(None, description="USD per million input tokens, where prices are set")
     output_usd_per_mtok: float | None = Field(None, description="USD per million output tokens, where prices are set")
+    params_b: float | None = Field(None, description="size in billions of parameters, where known (the training "
+                                                     "folder's models.csv, or given at onboarding)")
 
 
 class ModelsResponse(BaseModel):
+    """One page of the served LLMs, in the space's order (OpenAI's list shape plus `has_more`:
+    ask for the next page with `after=last_id`)."""
     object: Literal["list"] = "list"
     space: str
     alias: str
     data: list[ModelCard]
+    has_more: bool = Field(False, description="more LLMs match after this page")
+    first_id: str | None = None
+    last_id: str | None = None
+    total: int = Field(description="LLMs the space serves")
+
+
+class SimilarLLM(BaseModel):
+    llm: str
+    agreement: float | None = Field(description="share of the questions both answered where their labels match "
+                                                "(null: fewer than 20 shared)")
+    shared: int = Field(description="questions both answered")
+    cosine: float = Field(description="cosine of their vectors, averaged over the space's members")
+    params_b: float | None = None
+
+
+class SimilarResponse(BaseModel):
+    space: str
+    llm: str
+    by: Literal["agreement", "cosine"]
+    similar: list[SimilarLLM]
 
 
 class RegistryState(BaseModel):
@@ -93,6 +117,8 @@ class KeyResponse(BaseModel):
     tpm: int | None
     usd_per_day: float | None
     usd_per_month: float | None
+    grades_per_minute: int | None = Field(None, description="grades it may give per minute (null: no cap)")
+    grades_per_day: int | None = Field(None, description="grades it may give per UTC day (null: no cap)")
     created: str
     revoked: str | None
     usage: KeyUsage | None = Field(description="null for the admin token, which has no limits")

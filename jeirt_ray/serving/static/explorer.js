@@ -1,5 +1,5 @@
 // The web explorer: Route, Map and LLMs views of the served space, from the service's own JSON
-// endpoints (POST /v1/route, GET /v1/models, /v1/explore/map, /v1/explore/llms). Plain JS, and
+// endpoints (POST /v1/route, GET /v1/models, /v1/explore/map, /v1/explore/llms, /v1/similar). Plain JS, and
 // plotly.js as the Python package ships it: nothing is fetched from outside this service.
 "use strict";
 
@@ -78,10 +78,10 @@ function policies() {
   return ["tuned", "most_likely", ...(withCosts ? ["cost_weighted", "cheapest_within_margin", "quality_target"] : [])];
 }
 
-// what a policy needs besides its name (the explorer asks within 5% of the best p), and every
-// LLM's score (top_k null), which the chart shows
+// what a policy needs besides its name (the explorer asks within 5% of the best p), and the
+// scores of the LLMs with the highest p (the chart shows 30; a zoo has thousands)
 function request(queries, policy) {
-  const body = { queries, policy, top_k: null };
+  const body = { queries, policy, top_k: 200 };
   return policy === "quality_target" ? { ...body, target_share: 0.95 } : body;
 }
 
@@ -205,9 +205,12 @@ async function showMap() {
         symbol: SYMBOLS[Math.floor(k / COLOURS.length) % SYMBOLS.length] } };
   });
   const Plotly = await plotly;
-  traces.push({ type: "scatter", mode: "markers+text", name: "LLMs", x: map.llms.x, y: map.llms.y,
-    text: map.llms.name, textposition: "top center", textfont: { size: 9 },
-    marker: { symbol: "diamond", size: 9, color: "#000" }, hovertemplate: "%{text}<extra>LLM vector</extra>" });
+  // a zoo's thousands of LLMs: WebGL markers named on hover; a few dozen: SVG, named on the map
+  const many = map.llms.name.length > 40;
+  traces.push({ type: many ? "scattergl" : "scatter", mode: many ? "markers" : "markers+text", name: "LLMs",
+    x: map.llms.x, y: map.llms.y, text: map.llms.name, textposition: "top center", textfont: { size: 9 },
+    marker: { symbol: "diamond", size: many ? 5 : 9, color: "#000", opacity: many ? 0.5 : 1 },
+    hovertemplate: "%{text}<extra>LLM vector</extra>" });
   await Plotly.newPlot("map-plot", traces, { margin: { l: 40, r: 10, t: 10, b: 40 }, legend: { itemsizing: "constant" },
     xaxis: { title: "PC 1" }, yaxis: { title: "PC 2" } }, { responsive: true });
   $("map-plot").dataset.drawn = map.space;
@@ -236,30 +239,68 @@ async function showLLMs() {
   state.llms = t;
   const n = t.onboarded.filter((x) => x).length;
   $("llms-note").textContent = `${t.llms.length} LLMs (${n} onboarded) on ${t.benchmarks.length} benchmarks, space ${t.space}.`;
+  // a zoo's thousands: the table, the heatmap and the compare lists hold the best TOP by overall
+  // predicted accuracy; any other LLM is found by name
+  const order = t.llms.map((_, i) => i).sort((a, b) => t.overall[b] - t.overall[a]);
+  const top = order.slice(0, TOP);
+  t.index = new Map(t.llms.map((name, i) => [name, i]));
+  $("llm-names").replaceChildren(...t.llms.map((name) => el("option", { value: name })));
+  $("llm-caption").textContent = "Predicted accuracy per benchmark (mean predicted probability over its training " +
+    "questions)" + (order.length > TOP ? `: the ${TOP} highest of ${order.length} overall; find any other above` : "");
   const table = $("llm-table");
   table.querySelectorAll("thead, tbody").forEach((x) => x.remove());
   const head = el("tr", {}, el("th", { scope: "col" }, "LLM"), el("th", { scope: "col" }, "overall"),
     ...t.benchmarks.map((b) => el("th", { scope: "col" }, b)));
-  const body = el("tbody");
-  const order = t.llms.map((_, i) => i).sort((a, b) => t.overall[b] - t.overall[a]);
-  for (const i of order) {
-    body.append(el("tr", t.onboarded[i] ? { class: "onboarded" } : {}, el("td", {}, t.llms[i]),
-      el("td", {}, t.overall[i].toFixed(3)), ...t.accuracy[i].map((v) => el("td", {}, v.toFixed(3)))));
-  }
+  const body = el("tbody", {}, ...top.map((i) => llmRow(t, i)));
   table.append(el("thead", {}, head), body);
-  const Plotly = await plotly;
-  Plotly.newPlot("heatmap", [{ type: "heatmap", z: order.map((i) => t.accuracy[i]), x: t.benchmarks,
-    y: order.map((i) => t.llms[i] + (t.onboarded[i] ? " *" : "")), colorscale: "Cividis", zmin: 0, zmax: 1,
-    colorbar: { title: { text: "predicted accuracy" } } }],
-  { margin: { l: 190, r: 10, t: 10, b: 120 }, yaxis: { autorange: "reversed" } }, { responsive: true });
   for (const id of ["cmp-a", "cmp-b"]) {
-    $(id).replaceChildren(...order.map((i) => el("option", { value: i }, t.llms[i])));
+    $(id).replaceChildren(...top.map((i) => el("option", { value: i }, t.llms[i])));
   }
-  if (order.length > 1) $("cmp-b").value = order[1];
+  if (top.length > 1) $("cmp-b").value = top[1];
   compare();
   $("versions").replaceChildren(...(t.versions || []).map((v) =>
     el("li", {}, `version ${v.version}${v.aliases.length ? " @" + v.aliases.join(", @") : ""}`)));
   if (t.versions === null) $("versions").append(el("li", {}, "the registry cannot be read right now"));
+  const shown = top.slice(0, 50);
+  const Plotly = await plotly;
+  Plotly.newPlot("heatmap", [{ type: "heatmap", z: shown.map((i) => t.accuracy[i]), x: t.benchmarks,
+    y: shown.map((i) => t.llms[i] + (t.onboarded[i] ? " *" : "")), colorscale: "Cividis", zmin: 0, zmax: 1,
+    colorbar: { title: { text: "predicted accuracy" } } }],
+  { margin: { l: 190, r: 10, t: 10, b: 120 }, yaxis: { autorange: "reversed" } }, { responsive: true });
+}
+
+const TOP = 100;
+function llmRow(t, i) {
+  return el("tr", t.onboarded[i] ? { class: "onboarded" } : {}, el("td", {}, t.llms[i]),
+    el("td", {}, t.overall[i].toFixed(3)), ...t.accuracy[i].map((v) => el("td", {}, v.toFixed(3))));
+}
+
+// an LLM found by name: its row, and the LLMs that answer most like it (GET /v1/similar)
+async function find() {
+  const t = state.llms;
+  const name = $("find").value.trim();
+  if (!t || !name) return;
+  const box = $("found");
+  let i = t.index.get(name);
+  if (i === undefined) {  // part of a name: the first LLM that contains it, any case
+    const needle = name.toLowerCase();
+    i = t.llms.findIndex((n) => n.toLowerCase().includes(needle));
+    if (i < 0) { box.replaceChildren(el("p", { class: "error" }, `no LLM named like “${name}”`)); return; }
+  }
+  const head = el("tr", {}, el("th", { scope: "col" }, "LLM"), el("th", { scope: "col" }, "overall"),
+    ...t.benchmarks.map((b) => el("th", { scope: "col" }, b)));
+  box.replaceChildren(el("table", { id: "found-row" }, el("thead", {}, head), el("tbody", {}, llmRow(t, i))),
+    el("p", {}, "finding the LLMs that answer alike…"));
+  if (![...$("cmp-a").options].some((o) => Number(o.value) === i)) $("cmp-a").append(el("option", { value: i }, t.llms[i]));
+  $("cmp-a").value = i;
+  compare();
+  try {
+    const near = await getJSON(`/v1/similar?llm=${encodeURIComponent(t.llms[i])}&k=10`);
+    const items = near.similar.map((s) => el("li", {}, el("strong", {}, s.llm), " — " + [
+      s.agreement === null ? "too few shared questions" : `agrees on ${(100 * s.agreement).toFixed(1)}% of ${s.shared} shared questions`,
+      `vector cosine ${s.cosine.toFixed(3)}`, ...(s.params_b === null ? [] : [`${s.params_b}B parameters`])].join(" · ")));
+    box.lastChild.replaceWith(el("h3", {}, `The LLMs that answer most like ${t.llms[i]}`), el("ol", { id: "similar" }, ...items));
+  } catch (e) { box.lastChild.replaceWith(el("p", { class: "error" }, e.message)); }
 }
 
 function compare() {
@@ -278,9 +319,10 @@ function compare() {
 $("route-form").addEventListener("submit", route);
 $("cmp-a").addEventListener("change", compare);
 $("cmp-b").addEventListener("change", compare);
+$("find").addEventListener("change", find);
 getJSON("/v1/models").then((m) => {
-  state.models = m;
-  $("space").textContent = `space ${m.space} (@${m.alias}), ${m.data.length} LLMs`;
+  state.models = m;  // the first page: enough to tell whether prices are set
+  $("space").textContent = `space ${m.space} (@${m.alias}), ${m.total} LLMs`;
   for (const option of $("policy").options) {
     option.disabled = !policies().includes(option.value);
   }
