@@ -44,11 +44,13 @@ class StackedJEIRT:
 
         def numpy(t: torch.Tensor) -> np.ndarray:
             return t.detach().to(torch.float32).numpy()
+        # C order throughout: stacking transposed views keeps their (Fortran) order, and a batched
+        # product over non-contiguous LLM columns took 2.5 ms at 5,049 LLMs and 5 members (0.2 in C order)
         return cls(w1=np.ascontiguousarray(np.concatenate([numpy(a.weight).T for a, _, _ in layers], axis=1)),
                    b1=np.concatenate([numpy(a.bias) for a, _, _ in layers]),
-                   w2=np.stack([numpy(b.weight).T for _, b, _ in layers]),
+                   w2=np.ascontiguousarray(np.stack([numpy(b.weight).T for _, b, _ in layers])),
                    b2=np.stack([numpy(b.bias)[None, :] for _, b, _ in layers]),
-                   llms=np.stack([numpy(e).T for _, _, e in layers]))
+                   llms=np.ascontiguousarray(np.stack([numpy(e).T for _, _, e in layers])))
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(P(correct) per query and LLM, averaged over the members; the first member's ||E_Q||
