@@ -211,7 +211,7 @@ def test_every_route_of_the_schema_is_closed_without_a_key_under_any_route_prefi
         schema = client.get(f"{prefix}/openapi.json").json()
         closed = [(m.upper(), p) for p, ops in schema["paths"].items() for m, op in ops.items()
                   if op.get("x-jeirt-scope") != "public"]
-        assert len(closed) == 9  # route, feedback, chat, onboard, onboard/plan, models, explore x2, keys/me
+        assert len(closed) == 10  # route, feedback, chat, onboard, onboard/plan, models, similar, explore x2, keys/me
         for method, path in closed:
             r = client.request(method, prefix + path, json={})
             assert r.status_code == 401 and r.json()["error"].startswith("missing or malformed API key"), (path, r.text)

@@ -428,6 +428,20 @@ def test_the_served_router_explores_with_any_policy_and_logs_each_choices_probab
     assert free_per_1k > 0 and capped.spend["explored"] > 0
     per_1k, queries = 1000 * capped.spend["exploration_usd"] / capped.spend["queries"], capped.spend["queries"]
     assert per_1k <= free_per_1k / 4 + 1000 * 0.001 * len(names) / queries  # over by one query's at most
+    # a batch cannot overshoot: the cap is checked query by query within it
+    batched = PolicyExploration(lambda q, d: state.sample_proba(q, d, np.random.default_rng(4)), 0.4,
+                                usd_per_1k=free_per_1k / 4, seed=0)
+    router.exploration = batched
+    for i in range(0, 960, 64):
+        out = router.route(x[i:i + 64], policy="cost_weighted", cost_weight=20.0)
+        assert batched.spend["exploration_usd"] <= free_per_1k / 4 * batched.spend["queries"] / 1000 + 1e-12
+        assert len(out) == 64
+    assert batched.spend["explored"] > 0
+    # routes whose answers the service does not pay for (POST /v1/route) raise no allowance
+    before = dict(batched.spend)
+    router.route(x[:64], policy="cost_weighted", cost_weight=20.0, explore_counted=False)
+    assert batched.spend["queries"] == before["queries"]
+    assert batched.spend["exploration_usd"] <= free_per_1k / 4 * batched.spend["queries"] / 1000 + 1e-12
     router.exploration = PolicyExploration(lambda q, d: state.sample_proba(q, d, np.random.default_rng(3)), 0.0)
     assert router.route(x[:50], policy="most_likely") == plain
     with pytest.raises(ValueError, match="explore must be a share from 0 to 1"):

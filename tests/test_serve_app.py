@@ -77,6 +77,27 @@ def test_local_testing_mode_routes_without_a_cluster(registry):
     assert health["registry"]["reachable"]
 
 
+def test_an_exploration_cap_without_prices_is_refused(registry):
+    """explore_usd_per_1k bounds what exploring adds to the expected cost: a space without prices
+    cannot count it, so a replica refuses the setting when it starts (saying what to set), and a
+    live update that asks for it leaves the replica serving with its settings as they were."""
+    from jeirt_ray.serving.live import LiveSpace
+    from jeirt_ray.serving.settings import RouterConfig
+    reg, space, _ = registry
+    unpriced = dataclasses.replace(space, metadata={k: v for k, v in space.metadata.items() if k != "prices"})
+    reg.promote("serve-unpriced", reg.register(unpriced, "serve-unpriced"), "champion")
+    capped = RouterConfig(learning={"enabled": True, "explore": 0.2, "explore_usd_per_1k": 1.0})
+    starting = LiveSpace("serve-unpriced", "hashing-384", reg.tracking_uri)
+    with pytest.raises(ValueError, match="explore_usd_per_1k bounds what exploring spends.*usd_per_call"):
+        starting.configure(capped)
+    live = LiveSpace("serve-unpriced", "hashing-384", reg.tracking_uri)
+    live.configure(RouterConfig())
+    live.configure(capped)
+    assert live.config.learning.explore_usd_per_1k is None and live.version is not None
+    live.configure(capped.model_copy(update={"usd_per_call": {m: 0.01 for m in space.model_names}}))
+    assert live.config.learning.explore_usd_per_1k == 1.0 and live.current().priced
+
+
 @pytest.fixture(scope="module")
 def service(registry, tmp_path_factory):
     from jeirt_ray.serving.deploy import deploy, load_config
@@ -631,7 +652,7 @@ def test_a_replica_no_node_can_take_is_named_with_its_needs_and_the_nodes_free(s
     said = []
     try:
         with pytest.raises(TimeoutError) as e:
-            deploy(both, timeout_s=70, announce=said.append)
+            deploy(both, timeout_s=45, announce=said.append)
     finally:
         serve.delete("unplaceable")
     line = str(e.value)

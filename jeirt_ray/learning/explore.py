@@ -200,9 +200,12 @@ class PolicyExploration:
         return 0.0 if capped else self.share
 
     def decide(self, choose, x: np.ndarray, allowed: np.ndarray, greedy: np.ndarray,
-               cost: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               cost: np.ndarray | None, counted: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(chosen, propensity, explored) per query: `choose(available, q, rows)` is the policy
-        (routing.router.SpaceRouter._rule), `greedy` its choice on the posterior means."""
+        (routing.router.SpaceRouter._rule), `greedy` its choice on the posterior means. With
+        `usd_per_1k`, the cap is checked query by query (a batch cannot overshoot it), and only
+        `counted` queries (those the service itself pays an upstream for: chat) raise the
+        allowance; every explored query's extra cost counts against it."""
         n, k = allowed.shape
         share = self._share_now(n)
         chosen, propensity, explored = greedy, np.ones(n), np.zeros(n, dtype=bool)
@@ -215,12 +218,19 @@ class PolicyExploration:
             chosen = np.where(coin, wins[0], greedy)
             propensity = (1 - share) * (chosen == greedy) + share * (wins == chosen).mean(0)
             explored = chosen != greedy
-        extra = 0.0
+        extra = np.zeros(n)
         if cost is not None and explored.any():
             rows = np.flatnonzero(explored)
-            extra = float(np.clip(cost[rows, chosen[rows]] - cost[rows, greedy[rows]], 0, None).sum())
+            extra[rows] = np.clip(cost[rows, chosen[rows]] - cost[rows, greedy[rows]], 0, None)
         with self._lock:
-            self.spend["queries"] += n
+            if self.usd_per_1k is not None and share > 0:
+                for i in range(n):  # the cap, query by query: past it, the policy's own choice, for sure
+                    allowance = self.usd_per_1k * (self.spend["queries"] + (i + 1 if counted else 0)) / 1000
+                    if self.spend["exploration_usd"] + extra[:i].sum() + extra[i] > allowance and extra[i] > 0:
+                        chosen, propensity, explored = chosen.copy(), propensity.copy(), explored.copy()
+                        chosen[i:], propensity[i:], explored[i:], extra[i:] = greedy[i:], 1.0, False, 0.0
+                        break
+            self.spend["queries"] += n if counted else 0
             self.spend["explored"] += int(explored.sum())
-            self.spend["exploration_usd"] += extra
+            self.spend["exploration_usd"] += float(extra.sum())
         return chosen, propensity, explored

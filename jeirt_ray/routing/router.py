@@ -249,7 +249,8 @@ class SpaceRouter:
               max_cost: float | None = None, min_p: float | None = None, ranking: int = 5,
               texts: list[str] | None = None, target_p: float | None = None, target_share: float | None = None,
               budget_per_1k: float | None = None, max_params_b: float | None = None,
-              ranked_scores: bool = False, also: list[str] = ()) -> list[RouteDecision]:
+              ranked_scores: bool = False, also: list[str] = (), explore_counted: bool = True
+              ) -> list[RouteDecision]:
         """One decision per row of `x` (encoder embeddings; `texts`: the queries, whose tokens
         are priced): `chosen`, `policy`, `p_correct`, `propensity` and `explored` (1 and False
         unless `self.exploration` is set), `expected_cost` (USD), `difficulty`
@@ -261,7 +262,9 @@ class SpaceRouter:
         names or globs ("*Mistral*", any case), one glob, or {"names": ..., "max_params_b": ...};
         `max_params_b`: only LLMs of known size up to that many billion parameters.
         `ranked_scores`: `scores` also holds the LLMs of `ranking`, and of `also` where allowed,
-        after the first `top_k` (what a log or a gateway needs of a space of thousands)."""
+        after the first `top_k` (what a log or a gateway needs of a space of thousands).
+        `explore_counted`: these queries raise exploration's spend allowance (false for routes whose
+        answers the service does not pay for: POST /v1/route)."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float32))
         policy = policy or self.default_policy
         _check_numbers(top_k=(top_k, 1, None, True), ranking=(ranking, 1, None, True),
@@ -301,7 +304,7 @@ class SpaceRouter:
         propensity, explored = np.ones(len(p)), np.zeros(len(p), dtype=bool)
         exploration = self.exploration
         if exploration is not None:
-            first, propensity, explored = exploration.decide(choose, x, allowed, first, cost)
+            first, propensity, explored = exploration.decide(choose, x, allowed, first, cost, explore_counted)
         order, left = [], allowed.copy()
         for r in range(max(1, min(ranking, len(cand)))):
             pick = first if r == 0 else choose(left)

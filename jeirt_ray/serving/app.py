@@ -162,6 +162,8 @@ class Router:
         core, version = self.live.current(), self.live.version
         recorder = self.recorder
         top_k = options.get("top_k")
+        # exploring's USD allowance grows with the queries whose answers this service pays for
+        options = {**options, "explore_counted": route == "chat"}
         if recorder.log is not None:  # the log keeps the p of up to log_candidates LLMs; the answer lists top_k
             cap = recorder.config.log_candidates
             options = {**options, "top_k": None if cap is None or top_k is None else max(top_k, cap),

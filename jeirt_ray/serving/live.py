@@ -159,9 +159,15 @@ class LiveSpace:
     def router_for(self, version: str, space: CoreSpace) -> SpaceRouter:
         """A router of `space` (registered `version`) with the current settings' prices and policy."""
         table = self.config.price_table()
-        return SpaceRouter(space, self.config.usd_per_call, self.config.default_policy,
-                           prices=None if table is None else resolve_prices(space.model_names, table),
-                           label=f"{self.model}/{version}")
+        router = SpaceRouter(space, self.config.usd_per_call, self.config.default_policy,
+                             prices=None if table is None else resolve_prices(space.model_names, table),
+                             label=f"{self.model}/{version}")
+        learning = self.config.learning
+        if learning.explore and learning.explore_usd_per_1k is not None and not router.priced:
+            raise ValueError(f"user_config.learning.explore_usd_per_1k bounds what exploring spends, but "
+                             f"{self.model} version {version} has no prices to count it with: set "
+                             "user_config.prices or usd_per_call, or drop explore_usd_per_1k")
+        return router
 
     def _serve(self, version: str, space: CoreSpace) -> None:
         """Route with `space` (registered `version`) and the current settings (under the lock)."""
