@@ -414,8 +414,19 @@ def test_the_served_router_explores_with_any_policy_and_logs_each_choices_probab
         prop = np.array([d["propensity"] for d in out])
         explored = np.array([d["explored"] for d in out])
         assert 0.1 < explored.mean() < 0.4, policy  # some draws agree with the policy's own choice
+        own = np.array([d["policy_choice"] for d in out])
+        assert (explored == (own != np.array(names)[chosen])).all()  # policy_choice: the policy's, not the draw's
         for k in np.unique(chosen):
             assert abs((chosen == k).mean() - prop[chosen == k].mean()) < 0.05, (policy, names[k])
+    # the caller's key pays an explored answer at most at the policy's own choice's price
+    from jeirt_ray.serving.gateway import answer_cost, key_charge
+    dear = next(d for d in out if d["explored"] and router.usd_per_call[names.index(d["chosen"])]
+                > router.usd_per_call[names.index(d["policy_choice"])])
+    routing = {"chosen": dear["chosen"]}
+    assert key_charge(router, dear, routing, answer_cost(router, dear["chosen"], None), None) == \
+        answer_cost(router, dear["policy_choice"], None) < answer_cost(router, dear["chosen"], None)
+    assert key_charge(router, dear, {"chosen": "a pinned LLM"}, 0.5, None) == 0.5  # a conversation's own LLM
+    assert key_charge(router, {**dear, "explored": False}, routing, 0.5, None) == 0.5
     only = router.route(x[:300], policy="most_likely", candidates=names[:2])
     assert {d["chosen"] for d in only} <= set(names[:2]) and all(d["ranking"][0] == d["chosen"] for d in only)
     free = router.exploration.spend

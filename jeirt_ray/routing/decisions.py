@@ -31,6 +31,9 @@ class RouteDecision(TypedDict):
     propensity: Annotated[float, Field(description="the probability with which the policy chose this LLM: 1 "
                                                    "unless the service explores (user_config.learning.explore)")]
     explored: Annotated[bool, Field(description="exploration chose another LLM than the policy's own best")]
+    policy_choice: Annotated[str, Field(description="the policy's own best: `chosen` unless explored (a key is "
+                                                    "charged at most what that LLM would have cost: exploring's "
+                                                    "extra is the service's)")]
     expected_cost: float | None
     difficulty: Annotated[float, Field(description="||E_Q||: larger means harder")]
     nearest_benchmark: str | None

@@ -300,7 +300,7 @@ class SpaceRouter:
                 raise Conflict(f"no candidate LLM reaches min_p {min_p} for query {i} (the best p is "
                                f"{p[i, cand].max():.3f}): lower min_p or allow more candidates")
         choose, score = self._rule(policy, p, x, cost_weight, margin, cost, target_p, target_share, budget_per_1k)
-        first = choose(allowed)
+        first = greedy = choose(allowed)
         propensity, explored = np.ones(len(p)), np.zeros(len(p), dtype=bool)
         exploration = self.exploration
         if exploration is not None:
@@ -328,6 +328,7 @@ class SpaceRouter:
                 by_p = np.r_[by_p, np.array(more, dtype=by_p.dtype)]
             out.append({"query_index": i, "chosen": self.names[pick], "policy": policy, "p_correct": float(p[i, pick]),
                         "propensity": float(propensity[i]), "explored": bool(explored[i]),
+                        "policy_choice": self.names[int(greedy[i])],
                         "expected_cost": cost_of(i, pick), "difficulty": float(norms[i]),
                         "nearest_benchmark": nearest and nearest[i],
                         "ranking": [self.names[int(o[i])] for o in order if o[i] >= 0],

@@ -11,7 +11,8 @@ import time
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from .gateway import (AllFailed, ChatControl, Conversations, Gateway, answer_cost, answer_tokens, ask_for_usage,
-                      decision_only, estimated_usage, reachable_candidates, relay, routing_headers, routing_of)
+                      decision_only, estimated_usage, key_charge, reachable_candidates, relay, routing_headers,
+                      routing_of)
 from .http import error, server_timing
 from .schemas import ChatRequest
 
@@ -44,7 +45,8 @@ class ChatFlow:
                                            "target_share": ctl.target_share, "budget_per_1k": ctl.budget_per_1k,
                                            "ranking": max(16, 4 * config.gateway.max_tries)}, timing, route="chat",
                                          key=key)
-        routing, p_of = routing_of(routed["results"][0], routed["space"], sticky, routed["id"])
+        decision = routed["results"][0]
+        routing, p_of = routing_of(decision, routed["space"], sticky, routed["id"])
         ranking = routing["ranking"]
         recorder = self.recorder()  # the one of this moment: settings may change while it streams
 
@@ -87,7 +89,7 @@ class ChatFlow:
                 if cost is not None:
                     self.metrics.spent(answer.llm, cost)
                 record(answer.status, answer.llm, answer.tried, usage, cost, text)
-                await self.access.record(key, answer_tokens(usage), cost or 0.0)
+                await self.access.record(key, answer_tokens(usage), key_charge(core, decision, routing, cost, usage))
                 return cost
 
             async def streamed(meter) -> None:

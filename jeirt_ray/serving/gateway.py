@@ -480,6 +480,16 @@ def answer_cost(core, llm: str, usage) -> float | None:
     return None if per_call is None else float(per_call[i])
 
 
+def key_charge(core, decision: dict, routing: dict, cost: float | None, usage) -> float:
+    """What the caller's key pays for an answer that cost `cost`: where exploration chose the LLM
+    sent (not a conversation's pinned one), at most what the policy's own choice would have cost
+    for the same tokens. Exploring's extra is the service's, bounded by explore_usd_per_1k."""
+    if cost is None or not decision["explored"] or routing["chosen"] != decision["chosen"]:
+        return cost or 0.0
+    own = answer_cost(core, decision["policy_choice"], usage)
+    return cost if own is None else min(cost, own)
+
+
 def answer_tokens(usage) -> int:
     """The tokens an answer's `usage` counts (0 without one)."""
     if not isinstance(usage, dict):
