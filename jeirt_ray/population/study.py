@@ -16,6 +16,7 @@ from ..encoders import QuestionEncoder
 from ..experiments.prepare import prepare
 from ..experiments.selection import Domain, SearchSettings, fixed_config
 from ..model.onboarding import onboard
+from ..routing.centroids import Centroids
 from .leaderboard import bank_accuracy, fit_map, reconstruct
 from .llms import LEADERBOARD, select_models, twins
 from .onboarding import CHECKPOINTS, STRATEGIES, ItemBank2PL, onboard_one, summarise
@@ -115,11 +116,15 @@ def run_study(data: ResponseData, table: pd.DataFrame | None, new_names, encoder
     out["routing"], out["routing_dedup"] = {}, {}
     kept = complete[twins(train_l[:, complete])]
     out["twins"] = {"eligible_llms": int(len(complete)), "after_dedup": int(len(kept)), "agreement": 0.97}
+    # each question's benchmark as the served router tells it: its embedding's nearest centroid
+    centroids = Centroids.fit(prep.X[rows["train"]], bench[rows["train"]])
+    nearest = (np.array(centroids.nearest(prep.X[rows["val"]])), np.array(centroids.nearest(prep.X[rows["test"]])))
+    out["nearest_benchmark_accuracy"] = float(np.mean(nearest[1] == bench[rows["test"]]))
     for size, n_pools in pools.items():
         for key, eligible in (("routing", complete), ("routing_dedup", kept)):
             if len(eligible) >= size:
                 out[key][str(size)] = pools_study(test_l, val_l, train_l, bench[rows["test"]], bench[rows["train"]],
-                                                  routers, eligible, size, n_pools, seed)
+                                                  routers, eligible, size, n_pools, seed, nearest=nearest)
     out["routing_cost"], out["routing_cost_detail"] = {}, {}
     if table is not None and "params_b" in table.columns:
         params = table.reindex(known_names)["params_b"].to_numpy(dtype=float, copy=True)
