@@ -274,6 +274,21 @@ def test_space_route_refuses_settings_out_of_range(world, kwargs, message):
         space.route(["What is 2 + 2?"], **kwargs)
 
 
+def test_a_top_k_beyond_any_machine_integer_lists_every_llm(world):
+    """A schema-valid top_k of any size (the fuzzer sent 1.9e24; numpy cannot tell whether such an
+    int is finite) lists every LLM, as null does; an infinite float is still refused."""
+    import jeirt_ray as jr
+    from jeirt_ray.routing.router import _check_numbers
+    _check_numbers(top_k=(1887300528770838719102976, 1, None, True), ranking=(10 ** 400, 1, None, True))
+    with pytest.raises(ValueError, match="top_k must be at least 1"):
+        _check_numbers(top_k=(-10 ** 400, 1, None, True))
+    with pytest.raises(ValueError, match="cost_weight must be at least 0"):
+        _check_numbers(cost_weight=(float("inf"), 0, None, False))
+    space = jr.Space.from_core(world["space"])
+    assert space.route(["What is 2 + 2?"], top_k=1887300528770838719102976) == \
+        space.route(["What is 2 + 2?"], top_k=None)
+
+
 def test_replicas_learning_from_the_feedback_store_hold_one_state_and_a_restart_replays_it(world, tmp_path):
     """Two learners (two replicas) reading one feedback store apply the same rows in the same order:
     the same vectors; one made after every row was written (a restart) reaches them too. Grades

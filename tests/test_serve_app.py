@@ -241,7 +241,7 @@ def test_decisions_are_logged_and_graded_once_per_source(service, registry):
         for _ in range(4):
             last.append(httpx.post(f"{service}/v1/route", json={"queries": texts}, headers=ADMIN, timeout=30).json()["id"])
         states.extend(httpx.get(f"{service}/health", headers=ADMIN, timeout=30).json() for _ in range(8))
-        return max(s["learning"]["exploration"]["queries"] for s in states) >= 1
+        return max(s["learning"]["exploration"]["explored"] for s in states) >= 1  # /v1/route raises no allowance
     states, last = [], []
     assert wait_for(explored_somewhere, timeout=30), [s["learning"] for s in states[-8:]]
     assert all(s["learning"]["explore"] == 0.5 for s in states)

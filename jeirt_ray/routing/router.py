@@ -271,6 +271,8 @@ class SpaceRouter:
                        cost_weight=(cost_weight, 0, None, False), margin=(margin, 0, None, False),
                        max_cost=(max_cost, 0, None, False), min_p=(min_p, 0, 1, False), target_p=(target_p, 0, 1, False),
                        target_share=(target_share, 0, 1, False), budget_per_1k=(budget_per_1k, 0, None, False))
+        top_k = None if top_k is not None and top_k >= len(self.names) else top_k  # every LLM, however large
+        ranking = min(ranking, len(self.names))
         for name, value in (("target_share", target_share), ("budget_per_1k", budget_per_1k)):
             if value is not None and value == 0:
                 raise RequestError(f"{name} must be above 0")
@@ -363,10 +365,11 @@ def _check_numbers(**given) -> None:
     for name, (value, low, high, whole) in given.items():
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                or (whole and not float(value).is_integer()):
+        integer = isinstance(value, (int, np.integer))  # of any size: a float() of it may overflow
+        if isinstance(value, bool) or not (integer or isinstance(value, (float, np.floating))) \
+                or (whole and not integer and not float(value).is_integer()):
             kind = "a whole number" if whole else "a number"
             raise RequestError(f"{name} must be {kind}, not {value!r}")
-        if not np.isfinite(value) or value < low or (high is not None and value > high):
+        if (not integer and not np.isfinite(value)) or value < low or (high is not None and value > high):
             span = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
             raise RequestError(f"{name} must be {span}, not {value!r}")

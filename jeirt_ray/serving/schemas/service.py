@@ -57,8 +57,9 @@ class RegistryState(BaseModel):
 
 
 class ExplorationSpend(BaseModel):
-    queries: int = Field(description="queries this replica routed since exploring was last set")
-    explored: int = Field(description="of them, routed to another LLM than the policy's own best")
+    queries: int = Field(description="chat queries this replica routed since exploring was last set (the base "
+                                     "of explore_usd_per_1k's allowance; POST /v1/route decisions are not counted)")
+    explored: int = Field(description="queries (chat and route) routed to another LLM than the policy's own best")
     exploration_usd: float = Field(description="what the explored choices added to the expected cost (USD)")
 
 
