@@ -110,10 +110,15 @@ class UpstreamError(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+# One server-sent event (OpenAPI before 3.2 has a stream's `schema` describe each of its events)
+SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
+    "data": {"type": "string", "description": "a chat.completion.chunk as JSON, an error event's JSON, or [DONE]"},
+    "event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer"}}}
+
 CHAT_RESPONSES = {
     200: {"model": ChatResponse, "description": "the upstream's chat completion (or, without upstreams, the "
           "routing decision); with `stream: true`, the upstream's server-sent events",
-          "content": {"text/event-stream": {"schema": {"type": "string"}}},
+          "content": {"text/event-stream": {"schema": SSE_EVENT}},
           "headers": {k: {"description": v, "schema": {"type": "string"}} for k, v in ROUTING_HEADERS.items()}},
     # an upstream's 4xx passes through with its own body: any of these may be one
     **{code: {"model": ErrorBody | UpstreamError, "description": text} for code, text in {
