@@ -223,13 +223,13 @@ class PolicyExploration:
             rows = np.flatnonzero(explored)
             extra[rows] = np.clip(cost[rows, chosen[rows]] - cost[rows, greedy[rows]], 0, None)
         with self._lock:
-            if self.usd_per_1k is not None and share > 0:
-                for i in range(n):  # the cap, query by query: past it, the policy's own choice, for sure
-                    allowance = self.usd_per_1k * (self.spend["queries"] + (i + 1 if counted else 0)) / 1000
-                    if self.spend["exploration_usd"] + extra[:i].sum() + extra[i] > allowance and extra[i] > 0:
-                        chosen, propensity, explored = chosen.copy(), propensity.copy(), explored.copy()
-                        chosen[i:], propensity[i:], explored[i:], extra[i:] = greedy[i:], 1.0, False, 0.0
-                        break
+            if self.usd_per_1k is not None and share > 0:  # the cap, query by query
+                queries = self.spend["queries"] + (np.arange(1, n + 1) if counted else 0)
+                over = (self.spend["exploration_usd"] + np.cumsum(extra) > self.usd_per_1k * queries / 1000) & (extra > 0)
+                if over.any():  # from the first query past it on: the policy's own choice, for sure
+                    i = int(np.argmax(over))
+                    chosen, propensity, explored = chosen.copy(), propensity.copy(), explored.copy()
+                    chosen[i:], propensity[i:], explored[i:], extra[i:] = greedy[i:], 1.0, False, 0.0
             self.spend["queries"] += n if counted else 0
             self.spend["explored"] += int(explored.sum())
             self.spend["exploration_usd"] += float(extra.sum())

@@ -271,8 +271,6 @@ class SpaceRouter:
                        cost_weight=(cost_weight, 0, None, False), margin=(margin, 0, None, False),
                        max_cost=(max_cost, 0, None, False), min_p=(min_p, 0, 1, False), target_p=(target_p, 0, 1, False),
                        target_share=(target_share, 0, 1, False), budget_per_1k=(budget_per_1k, 0, None, False))
-        top_k = None if top_k is not None and top_k >= len(self.names) else top_k  # every LLM, however large
-        ranking = min(ranking, len(self.names))
         for name, value in (("target_share", target_share), ("budget_per_1k", budget_per_1k)):
             if value is not None and value == 0:
                 raise RequestError(f"{name} must be above 0")
