@@ -35,7 +35,7 @@ def test_candidates_by_name_glob_and_size_and_the_filter_that_leaves_none():
     assert _select(["solo", "other/*"]) == ["solo", "other/Llama-3-8B", "other/tiny-1B"]
     assert _select(None, 7.5) == ["org/Mistral-7B-base", "org/mistral-7b-chat", "other/tiny-1B"]  # solo: no size
     with pytest.raises(NoCandidates, match=r"matches candidates \['\*7b\*'\] and max_params_b 7"):  # the tighter
-        _select({"match": "*7b*", "max_params_b": 100}, 7.0)
+        _select({"names": "*7b*", "max_params_b": 100}, 7.0)
     with pytest.raises(NoCandidates, match=r"matches candidates \['\*gpt\*'\]"):
         _select("*gpt*")
     with pytest.raises(UnknownLLMs, match="unknown candidate LLM"):

@@ -189,7 +189,7 @@ class SpaceRouter:
         return weight
 
     def allowed(self, candidates=None, max_params_b: float | None = None) -> np.ndarray | None:
-        """Column indices of the LLMs that `candidates` (names or globs, one glob, or {names|match,
+        """Column indices of the LLMs that `candidates` (names or globs, one glob, or {names,
         max_params_b}) and `max_params_b` allow, in the space's order; None: every LLM. Unknown
         names: NotFound (404); a filter that leaves none: BadRequest (400), naming it."""
         try:

@@ -37,7 +37,7 @@ CONTROL_HEADERS = {"x-jeirt-policy": "policy", "x-jeirt-max-cost": "max_cost", "
 class ChatControl:
     policy: str | None = None
     max_cost: float | None = None
-    candidates: list[str] | str | dict | None = None  # names or globs, one glob, or {names|match, max_params_b}
+    candidates: list[str] | str | dict | None = None  # names or globs, one glob, or {names, max_params_b}
     min_p: float | None = None
     conversation: str | None = None
     sticky: bool = False

@@ -48,21 +48,17 @@ class CandidateFilter:
     @classmethod
     def of(cls, candidates, max_params_b: float | None = None) -> "CandidateFilter":
         """From a request's `candidates` (None, a list of names or globs, one glob, or an object with
-        `names`/`match` and `max_params_b`) and its own `max_params_b`."""
+        `names` and `max_params_b`) and its own `max_params_b`."""
         _size(max_params_b)
         if isinstance(candidates, CandidateFilter):
             return cls(candidates.names, _tighter(candidates.max_params_b, max_params_b))
         if hasattr(candidates, "model_dump"):  # the request schema's object form
             candidates = candidates.model_dump(exclude_none=True)
         if isinstance(candidates, dict):
-            unknown = sorted(set(candidates) - {"names", "match", "max_params_b"})
+            unknown = sorted(set(candidates) - {"names", "max_params_b"})
             if unknown:
-                raise BadFilter(f"candidates: unknown key(s) {unknown}; an object takes names (or match) and "
-                                f"max_params_b")
-            if "names" in candidates and "match" in candidates:
-                raise BadFilter("candidates: give names or match, not both")
-            names = candidates.get("names", candidates.get("match"))
-            return cls(_listed(names), _tighter(_size(candidates.get("max_params_b")), max_params_b))
+                raise BadFilter(f"candidates: unknown key(s) {unknown}; an object takes names and max_params_b")
+            return cls(_listed(candidates.get("names")), _tighter(_size(candidates.get("max_params_b")), max_params_b))
         return cls(_listed(candidates), max_params_b)
 
     @property

@@ -94,9 +94,8 @@ LLMName = Field(min_length=1, max_length=512)
 class CandidateObject(BaseModel):
     """The LLMs a request allows, as an object: `names` (names or globs) and/or `max_params_b`."""
     model_config = ConfigDict(extra="forbid")
-    names: list[Annotated[str, LLMName]] | Annotated[str, LLMName] | None = Field(
+    names: Annotated[list[Annotated[str, LLMName]], Field(min_length=1)] | Annotated[str, LLMName] | None = Field(
         None, description="LLM names or globs (\"*Mistral*\", any case)")
-    match: Annotated[str, LLMName] | None = Field(None, description="one glob (as names)")
     max_params_b: float | None = Field(None, ge=0, description="only LLMs of known size up to this many billion "
                                                                "parameters")
 
@@ -107,4 +106,4 @@ class CandidateObject(BaseModel):
 Candidates = Annotated[Union[Annotated[list[Annotated[str, LLMName]], Field(min_length=1)], Annotated[str, LLMName],
                              CandidateObject],
                        Field(description="the LLMs allowed: a list of names or globs (\"*Mistral*\", any case), one "
-                                         "glob, or {names|match, max_params_b}; none matching is a 400")]
+                                         "glob, or {names, max_params_b}; none matching is a 400")]
