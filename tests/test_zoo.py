@@ -34,6 +34,7 @@ def test_candidates_by_name_glob_and_size_and_the_filter_that_leaves_none():
     assert _select("*MISTRAL*") == ["org/Mistral-7B-base", "org/mistral-7b-chat"]  # any case
     assert _select(["solo", "other/*"]) == ["solo", "other/Llama-3-8B", "other/tiny-1B"]
     assert _select(None, 7.5) == ["org/Mistral-7B-base", "org/mistral-7b-chat", "other/tiny-1B"]  # solo: no size
+    assert _select(None, 10 ** 400) == [n for n in NAMES if n in SIZES]  # past a float's range: every sized LLM
     with pytest.raises(NoCandidates, match=r"matches candidates \['\*7b\*'\] and max_params_b 7"):  # the tighter
         _select({"names": "*7b*", "max_params_b": 100}, 7.0)
     with pytest.raises(NoCandidates, match=r"matches candidates \['\*gpt\*'\]"):

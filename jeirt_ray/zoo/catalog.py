@@ -49,7 +49,7 @@ class CandidateFilter:
     def of(cls, candidates, max_params_b: float | None = None) -> "CandidateFilter":
         """From a request's `candidates` (None, a list of names or globs, one glob, or an object with
         `names` and `max_params_b`) and its own `max_params_b`."""
-        _size(max_params_b)
+        max_params_b = _size(max_params_b)
         if isinstance(candidates, CandidateFilter):
             return cls(candidates.names, _tighter(candidates.max_params_b, max_params_b))
         if hasattr(candidates, "model_dump"):  # the request schema's object form
@@ -87,6 +87,8 @@ def _listed(names) -> list[str] | None:
 def _size(value) -> float | None:
     if value is None:
         return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 10 ** 300:
+        return float("inf")  # beyond a float's range: no bound (np.isfinite cannot take such an int)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
         raise BadFilter(f"max_params_b must be a number of billions of parameters, at least 0, not {value!r:.80}")
     return float(value)
