@@ -15,9 +15,13 @@ The JSON (jeirt_ray/population/study.py):
   workers), tune_s, tune_trials, onboard_s_per_llm (one vector from 100 answers), ...}
 - prediction[jeirt|mf|knn|irt]: {auc, accuracy, log_loss, auc_ci95} on the held-out questions of
   the known LLMs; prediction.jeirt.minus_<method>_auc(_ci95): questions resampled
-- onboarding["25"|"50"|"100"|"200"][default|random|adaptive|knn|irt]: {accuracy_mae (points),
-  interval_coverage (90% intervals), llms}
-- leaderboard["100"][arc|gsm8k|mmlu|truthfulqa|winogrande]: {rmse (points), llms}
+- onboarding["25"|"50"|"100"|"200"][default|random|adaptive|knn|irt|vector|sharpened]:
+  {accuracy_mae (points), interval_coverage (90% intervals), llms}; default: the space's anchor
+  questions where it keeps enough known LLMs' answers (model/anchors.py), else vector's way
+- leaderboard["100"][arc|gsm8k|mmlu|truthfulqa|winogrande]: {rmse (points), llms}: from the
+  first 100 anchors straight to the score; leaderboard_map: the default's per-benchmark
+  accuracies through the accuracy-to-score map (leaderboard_vector, leaderboard_sharpened: the
+  same from those ways)
 - routing["10"|"100"|"1000"]: {best_single, benchmark_best, jeirt, mf, knn, oracle, pools,
   jeirt_minus_best_single_ci95}; routing_dedup: the same over one LLM per group of twins;
   routing_cost["1000"]: parameters per query at the best single's accuracy over its size

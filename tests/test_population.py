@@ -47,13 +47,14 @@ def test_the_population_study_on_a_slice_with_new_llms_from_another_folder(tmp_p
         assert 0.5 < m["auc"] < 1 and 0.4 < m["accuracy"] < 1 and m["log_loss"] > 0, (method, m)
         assert m["auc_ci95"][0] <= m["auc"] <= m["auc_ci95"][1]
     for n in ("25", "50", "100", "200"):
-        assert set(report["onboarding"][n]) == {"default", "random", "adaptive", "knn", "irt", "sharpened"}
+        assert set(report["onboarding"][n]) == {"default", "random", "adaptive", "knn", "irt", "vector", "sharpened"}
         for s in report["onboarding"][n].values():
             assert 0 <= s["accuracy_mae"] < 25 and 0 <= s["interval_coverage"] <= 1 and s["llms"] == 6
     # more answers, a better random estimate: the mean of N answers
     assert report["onboarding"]["200"]["random"]["accuracy_mae"] < report["onboarding"]["25"]["random"]["accuracy_mae"]
     assert set(report["leaderboard"]["100"]) <= set(LEADERBOARD) and report["leaderboard"]["100"]
-    assert set(report["leaderboard_sharpened"]["100"]) == set(report["leaderboard"]["100"])
+    assert set(report["leaderboard_sharpened"]["100"]) == set(report["leaderboard_vector"]["100"]) == \
+        set(report["leaderboard_map"]["100"]) == set(report["leaderboard"]["100"])
     assert all(v["rmse"] > 0 for v in report["leaderboard"]["100"].values())
     pools = report["routing"]["10"]
     assert {"best_single", "benchmark_best", "jeirt", "mf", "knn", "oracle", "jeirt_minus_best_single_ci95",

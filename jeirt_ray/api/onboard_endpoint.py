@@ -26,7 +26,7 @@ from ..core import paths
 from ..core.secrets import redact
 from ..data.answer_key import AnswerKey
 from ..core.renamed import deprecated, take
-from ..model.adaptive import plan
+from ..model.adaptive import plan, strategy_for
 from ..model.onboarding_defaults import (DEFAULT_BATCH, DEFAULT_MAX_ANSWERS, DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH,
                                          check_strategy)
 from ..model.onboarding import onboard
@@ -104,6 +104,7 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
         strategy = "adaptive" if adaptive else "random"
     check_base_url(url)
     price_usd_per_mtok = price_pair(price_usd_per_mtok)
+    requested = strategy
     strategy = check_onboarding(max_answers, strategy, target_width, batch, max_usd, price_usd_per_mtok, purpose)
     key = answer_key if isinstance(answer_key, AnswerKey) else AnswerKey.read(answer_key, answer_kind)
     if api_key is None and api_key_env:
@@ -112,6 +113,7 @@ def onboard_endpoint(url: str, model: str, *, answer_key: str | Path | AnswerKey
             raise ValueError(f"the variable {api_key_env} named by --api-key-env is not set")
     registry = SpaceRegistry(tracking_uri) if str(space).startswith("models:/") else None
     current = Space.load(space, tracking_uri=tracking_uri)
+    strategy = strategy_for(current, requested, purpose)
     if model in current.model_names and not replace:
         raise ValueError(f"the space already has an LLM named {model!r}: pass --replace to refit it, or another --model")
     if not current.question_texts or current.question_embeddings is None:

@@ -226,7 +226,8 @@ class Space(CoreSpace):
         `vector_width`, the part more answers narrow), `interval_width` and `stop` (the vector's
         part narrower than `target_width`: ask no more). `purpose` ("route", "estimate" or "both")
         picks how the questions are chosen unless `strategy` names one ("adaptive", "mixed",
-        "random", "stratified", "weighted"; model/onboarding_defaults.py). With
+        "random", "stratified", "weighted", "anchored"; model/onboarding_defaults.py: estimating
+        takes the space's anchor questions where it keeps hundreds of known LLMs' answers). With
         the new LLM's `price_usd_per_mtok` (input, output), each question's cost is estimated
         (`routing.prices.question_costs_of`) and the most telling questions per dollar are chosen,
         within `max_usd` when given. `adaptive` and `budget_usd` are the old names of `strategy`

@@ -28,7 +28,8 @@ PurposeOpt = typer.Option(DEFAULT_PURPOSE, "--purpose", help="what the answers a
 StrategyOpt = typer.Option(None, "--strategy", help="how questions are chosen (default: the --purpose's): adaptive "
                            "(those that tell most about the LLM), random or stratified (a seeded random order, "
                            "stratified by benchmark), weighted (random, more often where the known LLMs are unsure), "
-                           "mixed (some of each)")
+                           "mixed (some of each), anchored (the space's anchor questions, chosen on its known LLMs' "
+                           "answers: the default for estimating where it keeps hundreds)")
 OldStrategyOpt = typer.Option(None, "--adaptive/--random", hidden=True, help="old spelling of --strategy")
 PriceInOpt = typer.Option(None, min=0, help="the new LLM's USD per million input tokens (with --price-out)")
 PriceOutOpt = typer.Option(None, min=0, help="its USD per million output tokens (with --price-in)")
@@ -37,11 +38,13 @@ MaxUsdOpt = typer.Option(None, "--max-usd", min=0, help="with the new LLM's pric
 OldMaxUsdOpt = typer.Option(None, "--budget-usd", min=0, hidden=True, help="old spelling of --max-usd")
 
 
-def _strategy(strategy: Optional[str], adaptive: Optional[bool], purpose: str) -> str:
+def _strategy(strategy: Optional[str], adaptive: Optional[bool], purpose: str) -> Optional[str]:
+    """The strategy asked for (None: the purpose's, which the space settles), checked."""
     if adaptive is not None:
         _renamed("--adaptive/--random", "--strategy adaptive|random")
         return "adaptive" if adaptive else "random"
-    return check_strategy(strategy, purpose)
+    check_strategy(strategy, purpose)
+    return strategy
 
 
 def _renamed(old: str, new: str) -> None:
@@ -220,7 +223,7 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="the new LLM's name"
             raise ValueError("--max-usd needs --price-in and --price-out (the new LLM's prices)")
         s = Space.load(space)
         done = read_graded(answered) if answered is not None else {}
-        result = plan(s, model, done, k, strategy=strategy, benchmarks=benchmark,
+        result = plan(s, model, done, k, strategy=strategy, purpose=purpose, benchmarks=benchmark,
                       target_width=target_width, costs=question_costs_of(s, prices), max_usd=max_usd)
     if out is not None:
         import pandas as pd

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .anchors import MIN_LLMS as ANCHOR_LLMS, anchors_of
 from .onboarding import RowFit, directions, fit_row, known_proba, member_priors
 from .onboarding_defaults import DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH, check_strategy, random_share
 from .space import CoreSpace
@@ -266,6 +267,20 @@ def accuracy_intervals(reference, fits, groups=None, level: float = DEFAULT_LEVE
     return out
 
 
+def strategy_for(space: CoreSpace, strategy: str | None, purpose: str) -> str:
+    """The strategy a plan of this space uses: `strategy` if given, else the one `purpose` picks,
+    which is `anchored` instead of `random` where the space keeps enough known LLMs' answers to
+    choose anchors (model/anchors.py)."""
+    chosen = check_strategy(strategy, purpose)
+    if strategy is None and chosen == "random" and anchors_of(space) is not None:
+        return "anchored"
+    if chosen == "anchored" and anchors_of(space) is None:
+        raise ValueError("the anchored strategy needs a space that keeps the answers of hundreds of known LLMs "
+                         f"(at least {3 * ANCHOR_LLMS // 2} that answered nearly every question): choose another "
+                         "--strategy, or train the space on such data")
+    return chosen
+
+
 @dataclass
 class Plan:
     """What to ask next and what is known so far (see `plan`)."""
@@ -300,7 +315,7 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     the vector's part of the overall interval is narrower than `target_width`: more answers would
     not narrow it much. `target`: what the adaptive questions aim to pin down (`select`)."""
     from .estimate import corrections, crossfit_residuals, draw_probabilities, next_in_order, random_draws, sample_order
-    strategy = check_strategy(strategy, purpose)
+    strategy = strategy_for(space, strategy, purpose)
     if space.question_embeddings is None or not space.question_ids:
         raise ValueError("this space stores no question embeddings: retrain it with this version of jeirt")
     ids = np.asarray(space.question_ids)
@@ -332,12 +347,17 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     if strategy == "weighted":  # the known LLMs' answers on the scope say where to draw
         others = [j for j, m in enumerate(space.model_names) if m != name]
         probs = draw_probabilities(known_proba(space, reference, others))
-    order = ref_rows[sample_order(bench[ref_rows], order_seed, stratified=strategy == "stratified", probabilities=probs)]
-    draws = random_draws(order, is_done, skip=~(askable | is_done))
+    anchors = anchors_of(space) if strategy == "anchored" else None
+    if anchors is not None:
+        order = anchors.order[np.isin(anchors.order, ref_rows)]
+    else:
+        order = ref_rows[sample_order(bench[ref_rows], order_seed, stratified=strategy == "stratified",
+                                      probabilities=probs)]
+    draws = random_draws(order, is_done, skip=~(askable | is_done))  # anchored: the answered anchors
     answer_of = {int(r): i for i, r in enumerate(done.tolist())}
     at = np.array([answer_of[int(r)] for r in draws], dtype=int)
     fixes = {}
-    if len(draws):
+    if len(draws) and anchors is None:
         resid, p_draws = crossfit_residuals(directions(space, x[done]), labels, member_priors(space, name, prior),
                                             at, seed=seed)
         weights = None if probs is None else 1 / probs[np.searchsorted(ref_rows, draws)]
@@ -348,7 +368,14 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     predicted = accuracy_intervals(reference, fits, grouped, level=level, seed=seed, sample=sample,
                                    error=space.metadata.get("accuracy_error"), observed=observed, corrections=fixes)
     for g, v in predicted.items():
-        v["random_answers"] = int(len(draws) if g == "overall" else (bench[draws] == g).sum())
+        v["random_answers"] = 0 if anchors is not None else int(len(draws) if g == "overall" else (bench[draws] == g).sum())
+        v["anchor_answers"] = 0
+    if anchors is not None:  # the accuracy learned from the answered anchors, over the questions it may be asked
+        domain = ref_rows[(askable | is_done)[ref_rows]]
+        groups = {"overall": domain} | ({g: domain[bench[domain] == g] for g in predicted if g != "overall"}
+                                        if grouped is not None else {})
+        for g, (accuracy, low, high) in anchors.estimate(draws, labels[at], groups, level).items():
+            predicted[g].update(accuracy=accuracy, low=low, high=high, anchor_answers=int(len(draws)))
     width = predicted["overall"]["high"] - predicted["overall"]["low"]
     free = askable & ~is_done
     cand_rows = np.flatnonzero(free)

@@ -10,8 +10,11 @@ DEFAULT_MAX_ANSWERS = 50  # answers graded at most when onboarding from an endpo
 # (model/adaptive.py: those that tell most about the new LLM). `stratified` draws its order
 # spread evenly over the benchmarks; `weighted` draws it with known unequal probabilities, more
 # often where the known LLMs' answers are uncertain (model/estimate.py draw_probabilities);
-# `mixed` asks adaptively for its first MIXED_ADAPTIVE_FIRST answers, then in random order.
-STRATEGY_SHARE = {"adaptive": 0.0, "mixed": None, "random": 1.0, "stratified": 1.0, "weighted": 1.0}
+# `mixed` asks adaptively for its first MIXED_ADAPTIVE_FIRST answers, then in random order;
+# `anchored` asks the space's anchor questions in order, chosen on its known LLMs' answers
+# (model/anchors.py), and estimates the accuracy from them: the default of estimating and both
+# wherever the space keeps the answers of enough known LLMs (hundreds), random elsewhere.
+STRATEGY_SHARE = {"adaptive": 0.0, "mixed": None, "random": 1.0, "stratified": 1.0, "weighted": 1.0, "anchored": 1.0}
 STRATEGIES = tuple(STRATEGY_SHARE)
 MIXED_ADAPTIVE_FIRST = 20
 # What the answers are for: routing (the vector), estimating (the accuracy), or both. Each

@@ -1,10 +1,12 @@
-"""The leaderboard's own full-benchmark scores (models.csv, percent) from a new LLM's estimated
-accuracy on the item bank, per benchmark.
+"""The leaderboard's own full-benchmark scores (models.csv, percent) of a new LLM from its answers.
 
-The map is learned on the known LLMs: their accuracy on each benchmark's items (all their
-labels) against their leaderboard scores, an additive spline model over the five benchmarks'
-accuracies per score (a generalised additive model, as metabench maps its abilities). A new LLM's
-per-benchmark accuracies, estimated from its answers, go through the same map."""
+Two maps, both learned on the known LLMs:
+- from the answers to the space's anchor questions straight to each score (`from_anchors`: a
+  ridge regression and the residuals of the known LLMs that answered most alike,
+  model/anchors.py; as metabench maps its items' answers to the scores);
+- from the per-benchmark accuracies on the item bank to each score (`fit_map`: an additive
+  spline model over the five accuracies, a generalised additive model), through which a new LLM's
+  estimated accuracies go (`reconstruct`)."""
 
 from __future__ import annotations
 
@@ -59,4 +61,29 @@ def reconstruct(maps: dict, estimated: np.ndarray, scores: pd.DataFrame, names=L
         pred = maps[b].predict(estimated[ok])
         out[b] = {"rmse": float(np.sqrt(np.mean((pred - y[ok]) ** 2))), "llms": int(ok.sum()),
                   "map_rmse_cv": (floor or {}).get(b)}
+    return out
+
+
+def from_anchors(anchors, rows: list[np.ndarray], answers: list[np.ndarray], known_scores: pd.DataFrame,
+                 scores: pd.DataFrame, names=LEADERBOARD) -> dict:
+    """{benchmark: {rmse (points), llms}} of the new LLMs' scores (`scores`, one row per new LLM)
+    predicted from their `answers` to the anchor question `rows` (one array of each per new LLM),
+    by `anchors.learn` on the known LLMs' scores (`known_scores`, in the order of the anchors'
+    LLMs)."""
+    out = {}
+    for b in names:
+        truth = scores[b].to_numpy(dtype=float)
+        learned: dict[bytes, object] = {}
+        pred = np.full(len(truth), np.nan)
+        for i, (r, a) in enumerate(zip(rows, answers)):
+            if not np.isfinite(truth[i]):
+                continue
+            key = np.asarray(r).tobytes()
+            if key not in learned:
+                learned[key] = anchors.learn(np.asarray(r), known_scores[b].to_numpy(dtype=float))
+            if learned[key] is not None:
+                pred[i] = learned[key].predict(np.asarray(a, dtype=np.float64))
+        ok = np.isfinite(pred)
+        if ok.any():
+            out[b] = {"rmse": float(np.sqrt(np.mean((pred[ok] - truth[ok]) ** 2))), "llms": int(ok.sum())}
     return out

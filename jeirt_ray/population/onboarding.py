@@ -3,9 +3,12 @@
 The truth is the LLM's accuracy over every question it has a label for (the benchmarks it was
 run on). Each way gives an estimate and a 90% interval:
 
-- `default`: the space's plan (model/adaptive.py) with its default strategy: questions in a
-  seeded random order, the estimate the space's prediction corrected by those answers
-  (model/estimate.py), the interval holding the vector's uncertainty and the space's own error;
+- `default`: the space's plan (model/adaptive.py) with its default strategy: with thousands of
+  known LLMs' answers in the space, its anchor questions in order and the accuracy learned from
+  the answers to them (model/anchors.py); with too few, what `vector` does;
+- `vector` (beside the five): the plan's random strategy: questions in a seeded random order, the
+  estimate the space's prediction corrected by those answers (model/estimate.py), the interval
+  holding the vector's uncertainty and the space's own error (the default before anchors);
 - `adaptive`: the space's plan asking the questions that tell most about the LLM's vector, the
   same estimate (adaptive answers carry no correction);
 - `random`: the mean of the N answers, drawn at random from its questions (Wilson's interval,
@@ -15,11 +18,12 @@ run on). Each way gives an estimate and a 90% interval:
 - `irt`: the same N random questions; its ability under a 2PL model fitted on the known LLMs
   (catsim's maximum-likelihood estimator and standard error), the unanswered questions
   predicted from it (the interval: the ability's 90% interval carried through);
-- `sharpened` (beside the five): `default` on the space whose items were refitted to the known
+- `sharpened` (beside the five): `vector` on the space whose items were refitted to the known
   LLMs' answers (items.py).
 
 Every way counts the answered questions as answered. The `default` plan at 100 answers also
-gives the per-benchmark accuracies that `leaderboard.py` maps to the leaderboard's scores.
+(and `vector`'s, `sharpened`'s) gives the per-benchmark accuracies that `leaderboard.py` maps to
+the leaderboard's scores.
 """
 
 from __future__ import annotations
@@ -73,8 +77,8 @@ def _planned(space: CoreSpace, name: str, ids: np.ndarray, row_labels: np.ndarra
              strategy: str | None, checkpoints, seed: int, per_benchmark_at: int | None) -> tuple[dict, dict]:
     """Run the space's plan to the largest checkpoint: {N: (estimate, low, high)}, and the
     per-benchmark accuracies at `per_benchmark_at` answers. A plan asks BATCH questions at a
-    time and re-plans; the default's random order is fixed in advance, so its questions are the
-    order's prefix, asked at once."""
+    time and re-plans; an order fixed in advance (the default's anchors, a random order) is asked
+    as the order's prefix, at once."""
     label_of = dict(zip(ids.tolist(), row_labels.tolist()))
     allowed = set(label_of)
 
@@ -83,7 +87,7 @@ def _planned(space: CoreSpace, name: str, ids: np.ndarray, row_labels: np.ndarra
                     order_seed=seed)
     answered: dict[str, float] = {}
     out, per_bench = {}, {}
-    ahead = planned({}, max(checkpoints)).questions if strategy is None else None
+    ahead = planned({}, max(checkpoints)).questions if strategy in (None, "random") else None
     p = planned(answered, BATCH) if ahead is None else None  # a plan always answers for `answered` as it is
     for n in checkpoints:
         if ahead is not None:
@@ -117,9 +121,12 @@ def onboard_one(space: CoreSpace, name: str, labels: np.ndarray, question_ids: n
     if "default" in strategies:
         out["default"], out["per_benchmark"] = _planned(space, name, question_ids[rows], y, benches, None, checkpoints,
                                                         seed, per_benchmark_at)
+    if "vector" in strategies:
+        out["vector"], out["per_benchmark_vector"] = _planned(space, name, question_ids[rows], y, benches, "random",
+                                                              checkpoints, seed, per_benchmark_at)
     if sharpened is not None:
         out["sharpened"], out["per_benchmark_sharpened"] = _planned(sharpened, name, question_ids[rows], y, benches,
-                                                                    None, checkpoints, seed, per_benchmark_at)
+                                                                    "random", checkpoints, seed, per_benchmark_at)
     if "adaptive" in strategies:
         out["adaptive"], _ = _planned(space, name, question_ids[rows], y, benches, "adaptive", checkpoints, seed, None)
     for key in ("random", "knn", "irt"):

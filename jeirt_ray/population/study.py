@@ -4,6 +4,7 @@ questions, new LLMs from few answers, the leaderboard's scores, and routing in p
 
 from __future__ import annotations
 
+import dataclasses
 import resource
 import tempfile
 import time
@@ -15,9 +16,11 @@ from ..data import ResponseData
 from ..encoders import QuestionEncoder
 from ..experiments.prepare import prepare
 from ..experiments.selection import Domain, SearchSettings, fixed_config
+from ..model.anchors import anchors_of
 from ..model.onboarding import onboard
+from ..model.space import NOT_ANSWERED
 from ..routing.centroids import Centroids
-from .leaderboard import bank_accuracy, fit_map, reconstruct
+from .leaderboard import bank_accuracy, fit_map, from_anchors, reconstruct
 from .llms import LEADERBOARD, select_models, twins
 from .onboarding import CHECKPOINTS, STRATEGIES, ItemBank2PL, onboard_one, summarise
 from .pools import cost_study, pools_study
@@ -85,6 +88,11 @@ def run_study(data: ResponseData, table: pd.DataFrame | None, new_names, encoder
     sharp = sharpen(space, prep.X, known_labels)
     timing["sharpen_s"] = time.perf_counter() - start
 
+    # the space keeps its known LLMs' answers to every question (training kept those to its training
+    # questions): what a space trained on all of their data holds, and what knn and irt use
+    theirs = known_labels[:, pd.Index(known_names).get_indexer(space.model_names)].T
+    space = dataclasses.replace(space, answers=np.where(np.isnan(theirs), NOT_ANSWERED,
+                                                        np.rint(np.nan_to_num(theirs) * 100)).astype(np.uint8))
     rng = np.random.default_rng(seed)
     enough = [c for c in new_cols if (~np.isnan(labels[:, c])).sum() >= max(CHECKPOINTS)]
     chosen = sorted(rng.choice(enough, size=min(onboard_llms, len(enough)), replace=False).tolist()) if enough else []
@@ -93,20 +101,32 @@ def run_study(data: ResponseData, table: pd.DataFrame | None, new_names, encoder
     start = time.perf_counter()
     for i, c in enumerate(chosen):
         runs.append(onboard_one(space, str(data.models[c]), labels[:, c], data.question_ids, data.benchmarks,
-                                known_labels, bank, seed=seed + i, sharpened=sharp))
+                                known_labels, bank, seed=seed + i, sharpened=sharp,
+                                strategies=(*STRATEGIES, "vector")))
         if progress and (i + 1) % max(1, len(chosen) // 10) == 0:
             _log(progress, f"  {i + 1}/{len(chosen)} new LLMs ({(time.perf_counter() - start) / (i + 1):.1f} s each)")
-    out["onboarding"] = summarise(runs, strategies=(*STRATEGIES, "sharpened"))
+    out["onboarding"] = summarise(runs, strategies=(*STRATEGIES, "vector", "sharpened"))
     timing["onboard_study_s_per_llm"] = (time.perf_counter() - start) / max(1, len(chosen))
     timing["onboard_s_per_llm"] = _onboard_time(space, prep.X, labels, new_cols[:20], seed)
 
     out["leaderboard"] = {}
     if table is not None and all(b in table.columns for b in LEADERBOARD):
         maps, floor = fit_map(bank_accuracy(known_labels, data.benchmarks), table.reindex(known_names))
-        for key, part in (("leaderboard", "per_benchmark"), ("leaderboard_sharpened", "per_benchmark_sharpened")):
+        for key, part in (("leaderboard_map", "per_benchmark"), ("leaderboard_vector", "per_benchmark_vector"),
+                          ("leaderboard_sharpened", "per_benchmark_sharpened")):
             estimated = np.array([[r[part].get(b, np.nan) for b in LEADERBOARD] for r in runs]).reshape(-1, 5)
             out.setdefault(key, {})["100"] = reconstruct(maps, estimated, table.reindex(data.models[chosen]),
                                                          floor=floor)
+        anchors = anchors_of(space)
+        if anchors is None:  # too few known LLMs for anchors: the default's accuracies through the map
+            out["leaderboard"] = out["leaderboard_map"]
+        else:  # the same new LLMs (all five benchmarks estimated), their first 100 anchors straight to the scores
+            every = [i for i, r in enumerate(runs) if all(b in r["per_benchmark"] for b in LEADERBOARD)]
+            asked = [anchors.order[np.isin(anchors.order, np.flatnonzero(~np.isnan(labels[:, chosen[i]])))][:100]
+                     for i in every]
+            out["leaderboard"] = {"100": from_anchors(
+                anchors, asked, [labels[r, chosen[i]] for r, i in zip(asked, every)],
+                table.reindex(space.model_names), table.reindex(data.models[[chosen[i] for i in every]]))}
 
     _log(progress, "routing in pools of known LLMs on the test questions")
     test_l, val_l, train_l = (known_labels[rows[p]] for p in ("test", "val", "train"))

@@ -118,7 +118,8 @@ class PlannedQuestion(BaseModel):
 
 class PredictedAccuracy(BaseModel):
     accuracy: float = Field(description="the estimate: the space's predictions, the answered questions as answered, "
-                                        "corrected by the answers to questions drawn at random")
+                                        "corrected by the answers to questions drawn at random; with the anchored "
+                                        "strategy, learned from the answers to the anchors on the known LLMs")
     low: float = Field(description="the 90% interval: the new vector's uncertainty, the space's own error and the "
                                    "correction's noise")
     high: float
@@ -130,6 +131,8 @@ class PredictedAccuracy(BaseModel):
     correction_weight: float = Field(description="how far the random answers' correction moved the estimate (0: "
                                                  "not at all, 1: all the way)")
     random_answers: int = Field(description="answers to questions drawn at random, which carry the correction")
+    anchor_answers: int = Field(0, description="answers to the space's anchor questions the estimate was learned "
+                                               "from (the anchored strategy; 0: the space's predictions)")
 
 
 class PlanResponse(BaseModel):
