@@ -79,3 +79,30 @@ def test_models_csv_names_a_bad_row(tmp_path):
     pd.DataFrame({"model": ["a", "b"], "params_b": ["7", "seven"]}).to_csv(tmp_path / "models.csv", index=False)
     with pytest.raises(DataError, match=r"models.csv: row 3, column params_b: 'seven' is not a number"):
         read_models(tmp_path)
+
+
+@pytest.mark.real_data
+def test_the_anchors_benchmark_on_a_slice_reports_every_seed_and_the_spread(tmp_path):
+    from jeirt_ray.data import load_data
+    folder = shared_dataset("openllm")
+    data, table = load_data(folder), read_models(folder)
+    names = np.sort(np.random.default_rng(2).choice(data.models, size=1400, replace=False))
+    select_models(data, names).save(tmp_path / "slice")
+    table.loc[names].reset_index().to_csv(tmp_path / "slice" / "models.csv", index=False)
+    out = tmp_path / "anchors.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "anchors.py"), "--data", str(tmp_path / "slice"),
+                          "--seeds", "0", "1", "--new-llms", "12", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["seeds"]) == {"0", "1"}
+    for seed in report["seeds"].values():
+        assert seed["known_llms"] == 1120 and seed["new_llms_studied"] == 12
+        for n in ("25", "50", "100", "200"):
+            ways = seed["onboarding"][n]
+            assert set(ways) == {"anchored", "random"} and ways["anchored"]["llms"] == ways["random"]["llms"] == 12
+            assert 0 < ways["anchored"]["accuracy_mae"] < 25 and 0 <= ways["anchored"]["interval_coverage"] <= 1
+        assert set(seed["leaderboard"]["100"]) <= set(LEADERBOARD) and seed["leaderboard"]["100"]
+    spread = report["spread"]["onboarding"]["50"]["anchored"]
+    assert spread["min"] <= spread["mean"] <= spread["max"]
+    # 12 LLMs are too few to rank the ways; the ranking is measured at full size (docs/results/population.md)
