@@ -35,7 +35,7 @@ def one_seed(data, labels: np.ndarray, table, seed: int, new_llms: int) -> dict:
     import pandas as pd
 
     from jeirt_ray.model.anchors import Anchors
-    from jeirt_ray.model.space import NOT_ANSWERED
+    from jeirt_ray.model.space import NOT_ANSWERED, answers_of
     from jeirt_ray.population.leaderboard import from_anchors
     from jeirt_ray.population.llms import LEADERBOARD, split_llms
     from jeirt_ray.population.onboarding import wilson
@@ -43,8 +43,7 @@ def one_seed(data, labels: np.ndarray, table, seed: int, new_llms: int) -> dict:
     at = pd.Index(data.models)
     known, new = labels[:, at.get_indexer(known_names)], labels[:, at.get_indexer(new_names)]
     start = time.perf_counter()
-    anchors = Anchors(np.where(np.isnan(known.T), NOT_ANSWERED, np.rint(np.nan_to_num(known.T) * 100)).astype(np.uint8),
-                      NOT_ANSWERED)
+    anchors = Anchors(answers_of(known), NOT_ANSWERED)
     chose_s = time.perf_counter() - start
     enough = np.flatnonzero((~np.isnan(new)).sum(0) >= max(CHECKPOINTS))
     chosen = np.sort(np.random.default_rng(seed).choice(enough, size=min(new_llms, len(enough)), replace=False))
@@ -54,7 +53,7 @@ def one_seed(data, labels: np.ndarray, table, seed: int, new_llms: int) -> dict:
         y = new[:, j]
         mine = np.flatnonzero(~np.isnan(y))
         truth = float(y[mine].mean())
-        order = anchors.order[np.isin(anchors.order, mine)]
+        order = anchors.within(mine)
         for n in CHECKPOINTS:
             got = anchors.estimate(order[:n], y[order[:n]], {"overall": mine}).get("overall")
             if got is not None:
@@ -105,7 +104,8 @@ def main(argv=None) -> dict:
                   for k, f in (("mean", np.mean), ("min", np.min), ("max", np.max))}
             for way in ("anchored", "random")}
     for b in sorted({b for s in seeds.values() for b in s.get("leaderboard", {}).get("100", {})}):
-        values = [s["leaderboard"]["100"][b]["rmse"] for s in seeds.values() if b in s.get("leaderboard", {}).get("100", {})]
+        values = [s["leaderboard"]["100"][b]["rmse"] for s in seeds.values()
+                  if b in s.get("leaderboard", {}).get("100", {})]
         spread["leaderboard"][b] = {"mean": float(np.mean(values)), "min": float(np.min(values)),
                                     "max": float(np.max(values))}
     out = {"data": {"llms": int(data.n_models), "questions": int(data.n_questions), "folder": str(folder)},

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .anchors import MIN_LLMS as ANCHOR_LLMS, anchors_of
+from .anchors import MIN_KNOWN, anchors_of
 from .onboarding import RowFit, directions, fit_row, known_proba, member_priors
 from .onboarding_defaults import DEFAULT_PURPOSE, DEFAULT_TARGET_WIDTH, check_strategy, random_share
 from .space import CoreSpace
@@ -276,7 +276,7 @@ def strategy_for(space: CoreSpace, strategy: str | None, purpose: str) -> str:
         return "anchored"
     if chosen == "anchored" and anchors_of(space) is None:
         raise ValueError("the anchored strategy needs a space that keeps the answers of hundreds of known LLMs "
-                         f"(at least {3 * ANCHOR_LLMS // 2} that answered nearly every question): choose another "
+                         f"(at least {MIN_KNOWN} that answered nearly every question): choose another "
                          "--strategy, or train the space on such data")
     return chosen
 
@@ -349,7 +349,7 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
         probs = draw_probabilities(known_proba(space, reference, others))
     anchors = anchors_of(space) if strategy == "anchored" else None
     if anchors is not None:
-        order = anchors.order[np.isin(anchors.order, ref_rows)]
+        order = anchors.within(ref_rows)
     else:
         order = ref_rows[sample_order(bench[ref_rows], order_seed, stratified=strategy == "stratified",
                                       probabilities=probs)]
@@ -368,7 +368,8 @@ def plan(space: CoreSpace, name: str, answered: dict[str, float], k: int, *, str
     predicted = accuracy_intervals(reference, fits, grouped, level=level, seed=seed, sample=sample,
                                    error=space.metadata.get("accuracy_error"), observed=observed, corrections=fixes)
     for g, v in predicted.items():
-        v["random_answers"] = 0 if anchors is not None else int(len(draws) if g == "overall" else (bench[draws] == g).sum())
+        v["random_answers"] = 0 if anchors is not None else \
+            int(len(draws) if g == "overall" else (bench[draws] == g).sum())
         v["anchor_answers"] = 0
     if anchors is not None:  # the accuracy learned from the answered anchors, over the questions it may be asked
         domain = ref_rows[(askable | is_done)[ref_rows]]

@@ -18,6 +18,7 @@ import numpy as np
 from cachetools import LRUCache
 
 MIN_LLMS = 200  # known LLMs that answered nearly every question, needed to choose anchors
+MIN_KNOWN = 3 * MIN_LLMS // 2  # such LLMs a space needs: two thirds of them choose, a third calibrates
 LENGTH = 200  # anchors chosen; past them the order goes on at random
 MIN_ANSWERS = 10  # answered anchors below which no anchor estimate is made
 FULL = 0.95  # share of the questions a known LLM must have answered to help choose the anchors
@@ -33,12 +34,10 @@ def pursue(X: np.ndarray, target: np.ndarray, steps: int) -> np.ndarray:
     """Orthogonal matching pursuit: `steps` columns of `X` (LLMs x questions) picked one by one,
     each the one whose part not explained by those already picked best explains what of `target`
     (one figure per LLM) they leave."""
-    Xc = X - X.mean(0)
+    R = X - X.mean(0)  # every column's part not yet explained, kept orthogonal to the picks
     r = target - target.mean()
-    basis = np.zeros((X.shape[0], 0))
     chosen: list[int] = []
     for _ in range(min(steps, X.shape[1])):
-        R = Xc - basis @ (basis.T @ Xc)
         power = (R ** 2).sum(0)
         score = np.where(power > 1e-9, (R.T @ r) ** 2 / np.maximum(power, 1e-9), -1.0)
         score[chosen] = -1.0
@@ -47,7 +46,7 @@ def pursue(X: np.ndarray, target: np.ndarray, steps: int) -> np.ndarray:
             break
         chosen.append(j)
         v = R[:, j] / np.sqrt(power[j])
-        basis = np.c_[basis, v]
+        R -= np.outer(v, v @ R)
         r = r - v * (v @ r)
     return np.array(chosen, dtype=int)
 
@@ -77,7 +76,11 @@ class Anchors:
         if answers is None or not len(answers):
             return False
         seen = answers != missing
-        return int((seen[:, seen.any(0)].mean(1) >= FULL).sum() * 2 / 3) >= MIN_LLMS
+        return int((seen[:, seen.any(0)].mean(1) >= FULL).sum()) >= MIN_KNOWN
+
+    def within(self, rows: np.ndarray, n: int | None = None) -> np.ndarray:
+        """The anchor order restricted to question `rows` (its first `n`)."""
+        return self.order[np.isin(self.order, rows)][:n]
 
     def estimate(self, rows: np.ndarray, labels: np.ndarray, groups: dict[str, np.ndarray],
                  level: float = 0.9) -> dict[str, tuple[float, float, float]]:

@@ -201,6 +201,12 @@ def answer_table(n_models: int, n_questions: int, m: np.ndarray, q: np.ndarray, 
     return table
 
 
+def answers_of(labels: np.ndarray) -> np.ndarray:
+    """`CoreSpace.answers` from a questions x LLMs label matrix (NaN where unanswered)."""
+    labels = np.asarray(labels, dtype=np.float64).T
+    return np.where(np.isnan(labels), NOT_ANSWERED, np.rint(np.clip(np.nan_to_num(labels), 0, 1) * 100)).astype(np.uint8)
+
+
 def _read_texts(path: Path) -> list[str]:
     if not path.exists():
         return []

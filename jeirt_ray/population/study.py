@@ -18,7 +18,7 @@ from ..experiments.prepare import prepare
 from ..experiments.selection import Domain, SearchSettings, fixed_config
 from ..model.anchors import anchors_of
 from ..model.onboarding import onboard
-from ..model.space import NOT_ANSWERED
+from ..model.space import answers_of
 from ..routing.centroids import Centroids
 from .leaderboard import bank_accuracy, fit_map, from_anchors, reconstruct
 from .llms import LEADERBOARD, select_models, twins
@@ -90,9 +90,8 @@ def run_study(data: ResponseData, table: pd.DataFrame | None, new_names, encoder
 
     # the space keeps its known LLMs' answers to every question (training kept those to its training
     # questions): what a space trained on all of their data holds, and what knn and irt use
-    theirs = known_labels[:, pd.Index(known_names).get_indexer(space.model_names)].T
-    space = dataclasses.replace(space, answers=np.where(np.isnan(theirs), NOT_ANSWERED,
-                                                        np.rint(np.nan_to_num(theirs) * 100)).astype(np.uint8))
+    space = dataclasses.replace(space, answers=answers_of(
+        known_labels[:, pd.Index(known_names).get_indexer(space.model_names)]))
     rng = np.random.default_rng(seed)
     enough = [c for c in new_cols if (~np.isnan(labels[:, c])).sum() >= max(CHECKPOINTS)]
     chosen = sorted(rng.choice(enough, size=min(onboard_llms, len(enough)), replace=False).tolist()) if enough else []
@@ -122,8 +121,7 @@ def run_study(data: ResponseData, table: pd.DataFrame | None, new_names, encoder
             out["leaderboard"] = out["leaderboard_map"]
         else:  # the same new LLMs (all five benchmarks estimated), their first 100 anchors straight to the scores
             every = [i for i, r in enumerate(runs) if all(b in r["per_benchmark"] for b in LEADERBOARD)]
-            asked = [anchors.order[np.isin(anchors.order, np.flatnonzero(~np.isnan(labels[:, chosen[i]])))][:100]
-                     for i in every]
+            asked = [anchors.within(np.flatnonzero(~np.isnan(labels[:, chosen[i]])), 100) for i in every]
             out["leaderboard"] = {"100": from_anchors(
                 anchors, asked, [labels[r, chosen[i]] for r, i in zip(asked, every)],
                 table.reindex(space.model_names), table.reindex(data.models[[chosen[i] for i in every]]))}
