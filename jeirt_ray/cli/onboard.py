@@ -68,11 +68,13 @@ def _prices(prices: Optional[Path], price_in: Optional[float], price_out: Option
 
 def _predicted_table(predicted: dict, title: str) -> Table:
     table = Table(title=title)
-    for col in ("benchmark", "estimated accuracy", "90% interval", "questions", "random answers"):
+    for col in ("benchmark", "estimated accuracy", "90% interval", "questions", "answers it rests on"):
         table.add_column(col)
     for name, row in sorted(predicted.items(), key=lambda kv: (kv[0] != "overall", kv[0])):
+        learned = f"{row['anchor_answers']} anchors" if row.get("anchor_answers") else \
+            f"{row.get('random_answers', 0)} random"
         table.add_row(name, f"{row['accuracy']:.3f}", f"[{row['low']:.3f}, {row['high']:.3f}]", str(row["questions"]),
-                      str(row.get("random_answers", "")))
+                      learned)
     return table
 
 
