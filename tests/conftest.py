@@ -217,13 +217,25 @@ class PostgresServer:
         import signal
         import subprocess
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self._signal(signal.SIGINT)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self._signal(signal.SIGQUIT)  # immediate shutdown
                 self.proc.wait()
         self.proc = None
+
+    def _signal(self, sig: int) -> None:
+        """Signal the server itself: under runuser (as root) the process started is runuser, which
+        does not pass SIGINT on (the server then outlived the session)."""
+        try:
+            pid = int((self.folder / "data" / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # not started far enough to write it
+            pid = self.proc.pid
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.fixture(scope="session")

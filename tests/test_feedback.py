@@ -1,5 +1,6 @@
 """The decision log and the feedback store, without Ray (feedback/)."""
 
+import os
 import tempfile
 import time
 
@@ -48,11 +49,109 @@ def test_a_failing_filesystem_keeps_the_buffer_up_to_its_bound_and_counts_the_re
     assert log.append(_rows(2)) == (2, 0)
     assert log.flush() == 0
     assert log.append(_rows(2)) == (1, 1)
-    assert log.stats() == {"logged": 3, "written": 0, "dropped": 1, "failed_writes": 1, "pending": 3}
+    stats = log.stats()
+    assert stats.pop("pending_mb") > 0
+    assert stats == {"logged": 3, "written": 0, "dropped": 1, "failed_writes": 1, "pending": 3}
     blocker.unlink()
     blocker.mkdir()  # the filesystem is back: nothing buffered is lost
     assert log.flush() == 3 and log.stats()["written"] == 3
     log.close()
+
+
+def test_the_buffer_is_bounded_in_bytes_too(tmp_path):
+    log = DecisionLog(LogSettings(root=str(tmp_path), flush_s=60, max_pending_mb=0.01))  # about 10 KB
+    big = _rows(4, query="x" * 4000)  # the text is dropped unless kept: these rows are small
+    assert log.append(big) == (4, 0)
+    kept = DecisionLog(LogSettings(root=str(tmp_path), flush_s=60, log_queries="text", max_pending_mb=0.01))
+    assert kept.append(_rows(4, query="x" * 4000)) == (2, 2)
+    assert kept.stats()["dropped"] == 2 and kept.stats()["pending_mb"] <= 0.01
+    assert kept.flush() == 2 and kept.append(_rows(1, query="x" * 4000)) == (1, 0)  # written: room again
+    for one in (log, kept):
+        one.close()
+
+
+def _files(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_a_writer_compacts_its_files_of_each_hour_that_is_over_into_one(tmp_path):
+    from jeirt_ray.feedback.graders import read_log
+    root = tmp_path / "log"
+    log, other = (DecisionLog(LogSettings(root=str(root), flush_s=60)) for _ in range(2))
+    now = time.time()
+    past = [_rows(1, now - 7200 + i)[0] for i in range(5)]
+    for r in past:  # one file per flush, as a busy replica writes one a second
+        log.append([r])
+        log.flush()
+    other.append(_rows(1, now - 7200))
+    other.flush()
+    log.append(_rows(1, now))
+    log.flush()
+    hour = (root / _files(root)[0]).parent
+    stale, fresh = hour / ".1-2-dead-1.parquet.tmp", hour / ".3-4-busy-1.parquet.tmp"
+    for orphan in (stale, fresh):
+        orphan.write_bytes(b"half a file")
+    os.utime(stale, (now - 2 * 3600, now - 2 * 3600))
+    assert len(_files(hour)) == 8
+
+    assert log.compact() == 1  # the past hour; this hour is not over
+    names = _files(hour)
+    assert len([n for n in names if log.writer in n]) == 1 and len([n for n in names if other.writer in n]) == 1
+    assert fresh.exists() and not stale.exists()  # a temporary file a dead writer left, an hour on
+    assert [r["id"] for r in read_log(str(root), None, ["id"]).to_pylist()].count(past[2]["id"]) == 1
+    assert find(log.fs, log.root, past[2]["id"])[0]["chosen"] == "a"
+    assert log.compact() == 0 and other.compact() == 0  # other wrote one file there: nothing to merge
+    assert read_log(str(root), None, ["id"]).num_rows == 7
+    for one in (log, other):
+        one.close()
+
+
+def test_readers_see_each_row_once_while_a_merge_is_between_its_move_and_its_deletes(tmp_path):
+    import shutil
+
+    from jeirt_ray.feedback.graders import read_log
+    root = tmp_path / "log"
+    log = DecisionLog(LogSettings(root=str(root), flush_s=60))
+    rows = _rows(2)
+    rows[1]["id"], rows[1]["query_index"] = rows[0]["id"], 1
+    log.append(rows)
+    log.close()
+    written = root / _files(root)[0]
+    shutil.copy(written, written.with_name(written.name.replace("-1.parquet", "-2.parquet")))
+    assert [r["query_index"] for r in find(log.fs, log.root, rows[0]["id"], ["chosen"] + ["query_index"])] == [0, 1]
+    assert find(log.fs, log.root, rows[0]["id"], ["chosen"]) == [{"chosen": "a"}] * 2
+    assert read_log(str(root), None, ["chosen"]).num_rows == 2
+
+
+def test_a_failed_write_leaves_no_temporary_file_and_keeps_its_rows(tmp_path, monkeypatch):
+    import jeirt_ray.feedback.log as log_module
+
+    def half_then_fail(table, where, **kwargs):
+        open(where, "wb").write(b"half")
+        raise OSError("disk full")
+
+    log = DecisionLog(LogSettings(root=str(tmp_path / "log"), flush_s=60))
+    log.append(_rows(2))
+    monkeypatch.setattr(log_module.pq, "write_table", half_then_fail)
+    assert log.flush() == 0 and log.stats()["pending"] == 2
+    assert _files(tmp_path / "log") == []
+    monkeypatch.undo()
+    assert log.flush() == 2
+    log.close()
+
+
+def test_a_log_written_by_day_alone_is_still_found_and_read(tmp_path):
+    from jeirt_ray.feedback.graders import read_log
+    root = tmp_path / "log"
+    log = DecisionLog(LogSettings(root=str(root), flush_s=60))
+    rows = _rows(1)
+    log.append(rows)
+    log.close()
+    written = root / _files(root)[0]
+    written.rename(written.parent.parent / written.name)  # where logs before hour folders kept it
+    written.parent.rmdir()
+    assert find(log.fs, log.root, rows[0]["id"])[0]["chosen"] == "a"
+    assert read_log(str(root), None, ["id"]).to_pylist() == [{"id": rows[0]["id"]}]
 
 
 def test_retention_deletes_whole_days_older_than_it(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as pads
 
@@ -42,14 +43,20 @@ def read_log(root: str | None = None, since_days: float | None = None, columns: 
     if not wanted:
         raise FileNotFoundError(f"no decisions logged under {path}" + (f" in the last {since_days:g} days"
                                                                         if since_days is not None else ""))
-    day = pads.partitioning(pa.schema([("day", pa.string())]), flavor="hive")
-    data = pads.dataset(path, filesystem=fs, format="parquet", partitioning=day, exclude_invalid_files=True)
+    parts = pads.partitioning(pa.schema([("day", pa.string()), ("hour", pa.string())]), flavor="hive")
+    data = pads.dataset(path, filesystem=fs, format="parquet", partitioning=parts, exclude_invalid_files=True)
     where = pads.field("day") >= wanted[0]
     if since is not None:
         where &= pads.field("time") >= pa.scalar(since, type=pa.timestamp("ms", tz="UTC"))
     if ids is not None:
         where &= pads.field("id").isin(ids)
-    return data.to_table(columns=columns, filter=where)
+    read = None if columns is None else list(dict.fromkeys([*columns, "id", "query_index"]))
+    table = data.to_table(columns=read, filter=where)
+    # a file being compacted (feedback/log.py) can be read twice for a moment: one row of each query
+    keys = pd.DataFrame({"id": table["id"].to_numpy(zero_copy_only=False),
+                         "q": table["query_index"].fill_null(0).to_numpy(zero_copy_only=False)})
+    table = table.filter(pa.array(~keys.duplicated().to_numpy()))
+    return table if columns is None else table.select(columns)
 
 
 def grade_with_key(key: AnswerKey, question_of: dict[str, str], store: FeedbackStore, root: str | None = None,

@@ -98,6 +98,8 @@ class DecisionsConfig(BaseModel):
     flush_rows: int = Field(1000, ge=1, le=1_000_000, description="and whenever it holds this many rows")
     max_pending: int = Field(100_000, ge=1, description="rows buffered while writes fail; more are dropped and "
                                                         "counted (jeirt_decisions_dropped)")
+    max_pending_mb: float = Field(256.0, gt=0, description="and at most about this many MiB of them (query texts, "
+                                                           "answers and vectors)")
     retention_days: float = Field(30.0, gt=0, description="older days are deleted; feedback on them is a 404")
     feedback_url: str | None = Field(None, description="the feedback database (SQLAlchemy URL); default "
                                                        "JEIRT_FEEDBACK_URL or SQLite at $JEIRT_HOME/feedback.db")
@@ -105,7 +107,7 @@ class DecisionsConfig(BaseModel):
     def log_settings(self):
         from ..feedback.log import LogSettings
         return LogSettings(self.path, self.log_queries, self.log_answers, self.flush_s, self.flush_rows,
-                           self.max_pending, self.retention_days)
+                           self.max_pending, self.max_pending_mb, self.retention_days)
 
 
 class LearningConfig(BaseModel):
