@@ -107,6 +107,15 @@ def test_grades_are_capped_per_minute_and_per_day_and_pruned(store):
     assert store.prune(now + 63 * 86400) >= 3  # the grade minutes and the grade day are gone
 
 
+def test_a_keys_grades_carry_its_weight_which_is_checked(store):
+    light, secret = store.create("tenant", "feedback", grade_weight=0.25)
+    assert store.verify(secret).grade_weight == 0.25 and light.public()["grade_weight"] == 0.25
+    assert store.create("plain", "feedback")[0].grade_weight == 1.0
+    for bad in (-1, float("nan"), 101, True):
+        with pytest.raises(ValueError, match="weight must be a number from 0 to 100"):
+            store.create("bad", "feedback", grade_weight=bad)
+
+
 def test_old_counts_are_pruned(store):
     key, _ = store.create("old", "route")
     long_ago = time.time() - 90 * 86400

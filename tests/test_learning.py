@@ -50,6 +50,26 @@ def test_outcomes_learned_in_order_at_once_are_learned_one_by_one(world):
     assert np.abs(batched.theta[0] - one_by_one.theta[0]).max() > 1e-5  # 100x the tolerance above
 
 
+def test_a_weighted_outcome_counts_as_that_many_and_weight_0_as_none(world):
+    space, x = world["space"], world["prep"].X[:6]
+    llm, y = np.array([1, 1, 2, 2, 1, 2]), np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.5])
+    weighted, repeated, fresh = (OnlineState(space, prior_var=0.1) for _ in range(3))
+    weighted.update(Outcomes(x, llm, y, [2.0, 1.0, 0.0, 3.0, 1.0, 0.5]))
+    # in one batch (one Laplace step at the same mean), weight 2 is the outcome twice, 0.5 half of its pull
+    twice = [0, 0, 1, 3, 3, 3, 4]
+    repeated.update(Outcomes(x[twice], llm[twice], y[twice]))
+    for a, b in zip(weighted.theta[0][[1]], repeated.theta[0][[1]]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(weighted.cov[0][1], repeated.cov[0][1], rtol=1e-6, atol=1e-12)
+    none = OnlineState(space, prior_var=0.1)
+    none.update_in_order(Outcomes(x, llm, y, np.zeros(6)))
+    for a, b in zip(none.theta + none.cov, fresh.theta + fresh.cov):
+        np.testing.assert_array_equal(a, b)
+    for bad in ([1.0] * 5, [1.0] * 5 + [-1.0], [1.0] * 5 + [np.nan]):
+        with pytest.raises(ValueError, match="weight must be one finite number >= 0 per outcome"):
+            Outcomes(x, llm, y, bad)
+
+
 def test_an_outcome_moves_the_llms_prediction_its_way_and_narrows_its_posterior(world):
     space, x = world["space"], world["prep"].X[:1]
     state = OnlineState(space, prior_var=0.1)
@@ -318,6 +338,18 @@ def test_replicas_learning_from_the_feedback_store_hold_one_state_and_a_restart_
     after = a.predict_proba(x)
     assert (after[:, 2] < before).mean() > 0.9
     np.testing.assert_allclose(np.delete(after, 2, 1), np.delete(space.predict_proba(x), 2, 1), atol=1e-5)
+
+    # a key's weight goes with its grades: weight 0 moves nothing, 0.25 about a quarter as much as 1
+    moved = {}
+    for w in (0.0, 0.25, 1.0):
+        one = FeedbackStore(f"sqlite:///{tmp_path / f'w{w}.db'}")
+        one.add(Grade(new_id(), 1.0, llm=llm, encoder=enc, embedding=x[0], weight=w))
+        learner = FeedbackLearner(space, one, enc)
+        assert learner.poll() == 1
+        moved[w] = float(learner.predict_proba(x[:1])[0, 2] - before[0])
+    assert abs(moved[0.0]) < 1e-6 and moved[1.0] > 1e-3 and 0.2 < moved[0.25] / moved[1.0] < 0.4, moved
+    with pytest.raises(ValueError, match="weight must be a number from 0 to 100"):
+        Grade(new_id(), 1.0, weight=float("inf"))
 
 
 def test_jeirt_learn_promotes_only_what_held_out_grades_show_better(world, tmp_path):

@@ -17,6 +17,7 @@ import pytest
 from jeirt_ray.encoders import HashingEncoder
 from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.prepare import prepare
+from jeirt_ray.feedback import FeedbackStore
 from jeirt_ray.model.train import TrainConfig
 from jeirt_ray.serving.keys import SCOPES, KeyStore
 
@@ -53,9 +54,10 @@ def world(tmp_path_factory, synthetic, postgres_url):
     os.environ.update(PLANTED_KEY=UPSTREAM_KEY, JEIRT_KEYS_URL=postgres_url)  # the replicas inherit them
     store = KeyStore(postgres_url)
     try:
-        with serving(space, NAME, tmp_path_factory.mktemp("keys"), token=ADMIN_TOKEN, edit=edit, cpus=0.25,
+        home = tmp_path_factory.mktemp("keys")
+        with serving(space, NAME, home, token=ADMIN_TOKEN, edit=edit, cpus=0.25,
                      encoder="hashing", auth="required", ingress="haproxy") as url:
-            yield {"url": url, "store": store, "ups": ups, "names": names, "prep": prep}
+            yield {"url": url, "store": store, "ups": ups, "names": names, "prep": prep, "home": home}
     finally:
         ups.stop()
         for k, v in saved.items():
@@ -120,14 +122,18 @@ def test_feedback_is_bound_to_the_key_that_routed_and_the_sources_it_may_claim(w
     assert refused.status_code == 409 and "nothing to grade" in refused.json()["error"], refused.text
     me = httpx.get(f"{url}/v1/keys/me", headers=judge, timeout=30).json()
     assert me["sources"] == ["judge"]
-    # a key's grades are capped: the third in a minute is a 429 and records nothing
-    capped = key(world, "chat,feedback", grades_per_minute=2)
+    # a key's grades are capped: the third in a minute is a 429 and records nothing; each counts
+    # as the key's weight in learning
+    capped = key(world, "chat,feedback", grades_per_minute=2, grade_weight=0.25)
     decisions = [chat(world, capped, names[3]).headers["x-jeirt-request-id"] for _ in range(3)]
     assert [grade(capped, d).status_code for d in decisions[:2]] == [200, 200]
     over = grade(capped, decisions[2])
     assert over.status_code == 429 and "grades_per_minute (2)" in over.json()["error"], over.text
     assert int(over.headers["retry-after"]) > 0
-    assert httpx.get(f"{url}/v1/keys/me", headers=capped, timeout=30).json()["grades_per_minute"] == 2
+    me = httpx.get(f"{url}/v1/keys/me", headers=capped, timeout=30).json()
+    assert me["grades_per_minute"] == 2 and me["grade_weight"] == 0.25
+    stored = {r["id"]: r["weight"] for r in FeedbackStore(f"sqlite:///{world['home'] / 'feedback.db'}").since()}
+    assert [stored.get(d) for d in decisions] == [0.25, 0.25, None] and stored[decision] == 1.0
 
 
 def test_an_over_budget_key_gets_429_and_its_upstream_sees_nothing(world):

@@ -88,7 +88,11 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
         challenger = state.learned_space()
         held = {k: np.concatenate([p["held"][k] for p in parts]) for k in shards.DTYPES}
         order = np.argsort(held["seq"], kind="stable")
-        x, llm, y, propensity, ids = (held[k][order] for k in ("x", "llm", "y", "p", "id"))
+        order = order[held["w"][order] > 0]  # a grade of weight 0 counts for nothing here either
+        if len(order) < MIN_GRADES:
+            raise ValueError(f"{len(order)} of the {n_held} held-out grades come from keys whose weight is above 0; "
+                             f"at least {MIN_GRADES} are needed: collect more feedback or trust more --sources")
+        x, llm, y, propensity, weight, ids = (held[k][order] for k in ("x", "llm", "y", "p", "w", "id"))
         # judged (below), the held-out grades are learned too: replicas serving this version start
         # after `feedback_seq`, so a grade it does not learn now is never learned
         finals = shards.call(learners, "learn_held")
@@ -97,14 +101,14 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
     p_champion, p_challenger = space.predict_proba(x), challenger.predict_proba(x)
     rows = np.arange(len(y))
     gain = _log_loss(p_champion[rows, llm], y) - _log_loss(p_challenger[rows, llm], y)
-    interval = mean_ci(gain, ids)
+    interval = mean_ci(gain, ids, weights=weight)  # each grade counts as its key's weight
     terms, value = {}, {}
     for k, p in (("champion", p_champion), ("challenger", p_challenger)):
         e = evaluate_policy(llm, propensity, y, one_hot(p.argmax(1), p.shape[1]))
         value[k] = {"ips": e["ips"], "ips_ci95": e["ips_ci95"], "same_choice_as_logged": e["mean_weight"]}
         terms[k] = decision_values(llm, propensity, y, one_hot(p.argmax(1), p.shape[1]))[0]["ips"]
     value_gain = terms["challenger"] - terms["champion"]
-    value_interval = mean_ci(value_gain, ids)
+    value_interval = mean_ci(value_gain, ids, weights=weight)
     # promoted when the held-out log-loss is shown lower and the routing value is not shown lower
     better = bool(interval[0] > 0) and not value_interval[1] < 0
     shards.merge(state, finals)
@@ -112,12 +116,13 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
     registered.metadata["feedback_seq"] = int(last)
     evidence = {"champion": f"{champion.name}/{champion.version}", "grades_learned": n_learn, "grades_held_out": n_held,
                 "grades_compared": len(y), "held_out_learned_after": sum(f["learned"] for f in finals),
-                "log_loss_gain": float(gain.mean()), "log_loss_gain_ci95": [float(v) for v in interval],
-                "greedy_value_ips": value, "value_gain_ips": float(value_gain.mean()),
+                "log_loss_gain": float(np.average(gain, weights=weight)),
+                "log_loss_gain_ci95": [float(v) for v in interval],
+                "greedy_value_ips": value, "value_gain_ips": float(np.average(value_gain, weights=weight)),
                 "value_gain_ips_ci95": [float(v) for v in value_interval], "since_days": since_days,
                 "sources": list(sources), "feedback_seq": int(last), "workers": len(learners)}
     registered.metadata["learned_from_feedback"] = evidence
-    version = registry.register(registered, name, metrics={"feedback_log_loss_gain": float(gain.mean())})
+    version = registry.register(registered, name, metrics={"feedback_log_loss_gain": float(np.average(gain, weights=weight))})
     alias = "champion" if better and promote else "challenger"
     registry.promote(name, version, alias, expected=expected if alias == "champion" else None)
     registry.client.set_model_version_tag(name, str(version), "feedback_evidence", json.dumps(evidence)[:4000])

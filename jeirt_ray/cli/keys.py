@@ -50,13 +50,18 @@ def keys_create(name: str = typer.Option(..., "--name", help="who or what uses t
                                                                 "(POST /v1/feedback) it may give per minute"),
                 grades_per_day: Optional[int] = typer.Option(None, "--grades-per-day", min=0, help="grades it may "
                                                              "give per UTC day (so one tenant cannot outvote the rest)"),
+                grade_weight: float = typer.Option(1.0, "--grade-weight", min=0, max=100, help="how much each of its "
+                                                   "grades counts in learning (0: recorded, learned from nothing)"),
                 db: Optional[str] = DbOpt):
     """Create a key; the key itself is printed alone on the last line, this once (it is stored hashed)."""
     with _store(db) as store:
         key, secret = store.create(name, scopes, rpm, tpm, usd_per_day, usd_per_month, sources=sources,
-                                   grades_per_minute=grades_per_minute, grades_per_day=grades_per_day)
+                                   grades_per_minute=grades_per_minute, grades_per_day=grades_per_day,
+                                   grade_weight=grade_weight)
     limits = ", ".join(f"{k} {v:g}" for k, v in key.limits().items() if v is not None) or "no limits"
-    grades = f"; grades as {','.join(key.sources)}" if "feedback" in key.scopes or "admin" in key.scopes else ""
+    weight = "" if key.grade_weight == 1 else f", each counting {key.grade_weight:g}"
+    grades = f"; grades as {','.join(key.sources)}{weight}" if "feedback" in key.scopes or "admin" in key.scopes \
+        else ""
     console.print(f"key {key.id} ({key.name}): scopes {','.join(key.scopes)}{grades}; {limits}. Keep it now, it is not "
                   "shown again:", highlight=False, soft_wrap=True)
     typer.echo(secret)

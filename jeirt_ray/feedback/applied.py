@@ -28,9 +28,10 @@ LOOP_DEFAULTS = {"prior_var": 0.03, "residual_var": 0.0, "evidence": 0.0}
 
 
 def outcomes_of(rows: list[dict], index: dict[str, int]) -> Outcomes:
-    """Feedback rows (each with an embedding and a graded LLM of `index`) as outcomes, in order."""
+    """Feedback rows (each with an embedding and a graded LLM of `index`) as outcomes, in order,
+    each weighted as its key was when it graded."""
     return Outcomes(np.stack([r["embedding"] for r in rows]), [index[r["llm"]] for r in rows],
-                    [r["score"] for r in rows])
+                    [r["score"] for r in rows], [r.get("weight", 1.0) for r in rows])
 
 
 class FeedbackLearner:

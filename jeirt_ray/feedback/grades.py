@@ -62,12 +62,14 @@ def record_grade(store: FeedbackStore, lookup: Callable[[str, list[str]], list[d
 
 def grade_rows(store: FeedbackStore, rows: list[dict], decision_id: str, score: float, source: str = "user",
                query_index: int = 0, llm: str | None = None, key_id: str | None = None,
-               comment: str | None = None, owner: str | None = None, any_llm: bool = True) -> dict:
+               comment: str | None = None, owner: str | None = None, any_llm: bool = True,
+               weight: float = 1.0) -> dict:
     """Record a grade of the decision whose logged `rows` are given. `owner`: the key the decision
     must have been routed under (None: any, for admins and the CLI); `any_llm` False: only the LLM
     that answered may be graded. NotFound for a decision the log does not hold (or another key's),
     Conflict for another score from the same source, an LLM the decision did not weigh (or that did
-    not answer), or a decision whose answer failed; else {id, query_index, source, llm, status}."""
+    not answer), or a decision whose answer failed; else {id, query_index, source, llm, status}.
+    `weight`: how much the grade counts in learning (its key's weight)."""
     row = next((r for r in rows if (r.get("query_index") or 0) == query_index), None)
     if row is not None and owner is not None and row.get("key_id") != owner:
         row = None  # another key's decision is not this caller's to grade, nor to learn of
@@ -87,7 +89,7 @@ def grade_rows(store: FeedbackStore, rows: list[dict], decision_id: str, score: 
                        f"that answered (an admin key may grade any candidate)")
     status = store.add(Grade(decision_id, score, source, query_index, llm=llm, space=row.get("space"), key_id=key_id,
                              encoder=row.get("encoder"), embedding=row.get("embedding"), comment=comment,
-                             propensity=row.get("propensity") if llm == row["chosen"] else None))
+                             propensity=row.get("propensity") if llm == row["chosen"] else None, weight=weight))
     return {"id": decision_id, "query_index": query_index, "source": source, "llm": llm, "status": status}
 
 

@@ -21,7 +21,7 @@ from .store import FeedbackStore
 
 CHUNK = 10_000  # rows read at a time
 DTYPES = {"seq": np.int64, "x": np.float32, "llm": np.int64, "y": np.float64, "p": np.float64,
-          "id": object}  # of the held-out sample
+          "w": np.float64, "id": object}  # of the held-out sample
 
 
 class ShardLearner:
@@ -51,7 +51,7 @@ class ShardLearner:
                     continue
                 n_held += 1
                 for k, v in (("seq", r["seq"]), ("x", r["embedding"]), ("llm", index[r["llm"]]), ("y", r["score"]),
-                             ("p", r["propensity"] or 1.0), ("id", r["id"])):  # no propensity logged: deterministic
+                             ("p", r["propensity"] or 1.0), ("w", r["weight"]), ("id", r["id"])):  # no propensity logged: deterministic
                     self.held[k].append(v)
             n_learn += len(learn)
             if learn:
@@ -65,7 +65,7 @@ class ShardLearner:
         for i in range(0, len(self.held["y"]), CHUNK):  # the adapter on a chunk at a time
             part = slice(i, i + CHUNK)
             self.state.update_in_order(Outcomes(np.stack(self.held["x"][part]), self.held["llm"][part],
-                                                self.held["y"][part]))
+                                                self.held["y"][part], self.held["w"][part]))
         return {"learned": len(self.held["y"]), **self.vectors()}
 
     def vectors(self) -> dict:

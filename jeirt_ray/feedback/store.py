@@ -27,6 +27,7 @@ from ..routing import router
 
 FEEDBACK_URL_ENV = "JEIRT_FEEDBACK_URL"
 SOURCES = ("user", "judge", "key")  # a person's rating, an LLM judge's grade, an answer key's
+MAX_WEIGHT = 100.0  # one grade counts at most as a hundred
 SETTLE_S = 5.0  # with concurrent writers (PostgreSQL): how long a row may take to commit
 
 _meta = sa.MetaData()
@@ -41,6 +42,7 @@ _feedback = sa.Table(
     sa.Column("encoder", sa.String(300)), sa.Column("embedding", sa.LargeBinary),
     sa.Column("comment", sa.String(2000)),
     sa.Column("propensity", sa.Float),  # P(the policy chose this LLM), where it graded the LLM chosen
+    sa.Column("weight", sa.Float),  # how much the grade counts in learning: its key's weight then (null: 1)
     sa.UniqueConstraint("id", "query_index", "source", name="jeirt_feedback_once"))
 
 
@@ -66,6 +68,7 @@ class Grade:
     embedding: np.ndarray | None = None
     comment: str | None = None
     propensity: float | None = None
+    weight: float = 1.0  # how much it counts in learning (the grading key's weight)
 
     def __post_init__(self):
         if self.source not in SOURCES:
@@ -73,6 +76,7 @@ class Grade:
         if isinstance(self.score, bool) or not isinstance(self.score, (int, float, np.number)) \
                 or not np.isfinite(self.score) or not 0 <= self.score <= 1:
             raise ValueError(f"score must be a number from 0 to 1, not {self.score!r}")
+        check_weight(self.weight)
 
 
 class StoreUnavailable(OSError):
@@ -97,7 +101,7 @@ class FeedbackStore:
         try:
             self.engine = sa.create_engine(url, pool_pre_ping=True)
             create_tables(_meta, self.engine)
-            add_new_columns(_feedback, self.engine)  # propensity came later
+            add_new_columns(_feedback, self.engine)  # propensity and weight came later
         except Exception as e:  # the URL may hold a password: never show it
             why = redact(str(getattr(e, "orig", None) or e)).strip().splitlines()
             raise StoreUnavailable(f"the feedback database {redact(url)} cannot be opened ({type(e).__name__}: "
@@ -112,7 +116,8 @@ class FeedbackStore:
         row = {"id": g.id, "query_index": int(g.query_index), "source": g.source, "score": float(g.score),
                "time": time.time(), "llm": g.llm, "space": g.space, "key_id": g.key_id, "encoder": g.encoder,
                "embedding": None if g.embedding is None else np.asarray(g.embedding, np.float32).tobytes(),
-               "comment": g.comment, "propensity": None if g.propensity is None else float(g.propensity)}
+               "comment": g.comment, "propensity": None if g.propensity is None else float(g.propensity),
+               "weight": float(g.weight)}
         try:
             with self._lock, self.engine.begin() as c:
                 c.execute(_feedback.insert().values(**row))
@@ -148,7 +153,7 @@ class FeedbackStore:
         what a learner of those LLMs reads."""
         f = _feedback.c
         with self.engine.connect() as c:
-            rows = c.execute(sa.select(f.seq, f.id, f.llm, f.score, f.embedding, f.propensity).where(
+            rows = c.execute(sa.select(f.seq, f.id, f.llm, f.score, f.embedding, f.propensity, f.weight).where(
                 f.seq > after, f.seq <= upto, f.time >= min_time, f.llm.in_(llms), f.encoder == encoder,
                 f.embedding.is_not(None), *_from(sources)).order_by(f.seq).limit(limit)).mappings().all()
         return _decoded(rows)
@@ -197,9 +202,17 @@ class FeedbackStore:
 
 
 def _decoded(rows) -> list[dict]:
-    """Rows as dicts, each embedding back as a float32 vector."""
-    return [{**r, "embedding": None if r["embedding"] is None else np.frombuffer(r["embedding"], np.float32).copy()}
-            for r in rows]
+    """Rows as dicts, each embedding back as a float32 vector (and a weight of 1 where none was kept)."""
+    return [{**r, "embedding": None if r["embedding"] is None else np.frombuffer(r["embedding"], np.float32).copy(),
+             **({"weight": 1.0} if "weight" in r and r["weight"] is None else {})} for r in rows]
+
+
+def check_weight(weight) -> float:
+    """A grade's weight: a finite number from 0 (learned from nothing) to MAX_WEIGHT."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float, np.number)) or not np.isfinite(weight) \
+            or not 0 <= weight <= MAX_WEIGHT:
+        raise ValueError(f"a grade's weight must be a number from 0 to {MAX_WEIGHT:g}, not {weight!r}")
+    return float(weight)
 
 
 def _from(sources: tuple[str, ...] | None) -> list:

@@ -31,10 +31,13 @@ STATE_FILE = "online.safetensors"
 @dataclass
 class Outcomes:
     """A batch of graded outcomes: question embeddings from the encoder (`x`, n x D), the LLM that
-    answered each (`llm`: column indices of the space), and its grade in [0, 1] (`y`)."""
+    answered each (`llm`: column indices of the space), its grade in [0, 1] (`y`), and how much
+    each counts (`weight`, default 1: a weight of 2 counts as the outcome seen twice in one
+    batch, 0 as not seen)."""
     x: np.ndarray
     llm: np.ndarray
     y: np.ndarray
+    weight: np.ndarray | None = None
 
     def __post_init__(self):
         self.x = np.asarray(self.x, dtype=np.float32)
@@ -47,6 +50,12 @@ class Outcomes:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(f"outcome {i}: grade {float(self.y[i])!r} is not a number from 0 to 1")
+        self.weight = np.ones(len(self.y)) if self.weight is None else \
+            np.asarray(self.weight, dtype=np.float64).reshape(-1)
+        bad = ~np.isfinite(self.weight) | (self.weight < 0)
+        if len(self.weight) != len(self.y) or bad.any():
+            raise ValueError(f"outcomes: weight must be one finite number >= 0 per outcome (got {self.weight.shape}, "
+                             f"{int(bad.sum())} bad)")
 
 
 class OnlineState:
@@ -160,9 +169,9 @@ class OnlineState:
         geo = geo or self.geometry(outcomes.x)
         self._check(outcomes)
         for k in np.unique(outcomes.llm):
-            rows = outcomes.llm == k
+            rows = (outcomes.llm == k) & (outcomes.weight > 0)
             for (z, n), theta, cov in zip(geo, self.theta, self.cov):
-                _learn_batch(theta[k], cov[k], z[rows], n[rows], outcomes.y[rows])
+                _learn_batch(theta[k], cov[k], z[rows], n[rows], outcomes.y[rows], outcomes.weight[rows])
         np.add.at(self.seen, outcomes.llm, 1)
 
     def _check(self, outcomes: Outcomes) -> None:
@@ -175,8 +184,10 @@ class OnlineState:
         self._check(outcomes)
         geo = self.geometry(outcomes.x)
         for i, k in enumerate(outcomes.llm):
+            if outcomes.weight[i] == 0:
+                continue
             for (z, n), theta, cov in zip(geo, self.theta, self.cov):
-                _learn_batch(theta[k], cov[k], z[i:i + 1], n[i:i + 1], outcomes.y[i:i + 1])
+                _learn_batch(theta[k], cov[k], z[i:i + 1], n[i:i + 1], outcomes.y[i:i + 1], outcomes.weight[i:i + 1])
         np.add.at(self.seen, outcomes.llm, 1)
 
     def add_llm(self, name: str, vectors: list[np.ndarray] | None = None, var: float | None = None) -> int:
@@ -257,16 +268,20 @@ class OnlineState:
         return state
 
 
-def _learn_batch(theta: np.ndarray, cov: np.ndarray, z: np.ndarray, norm: np.ndarray, y: np.ndarray) -> None:
-    """Outcomes of one LLM, in place: the Laplace update of their logistic likelihood at the current
-    mean. Covariance (S^-1 + Z' W Z)^-1 = S - S Z' (W^-1 + Z S Z')^-1 Z S; then the mean by one
-    Newton step from the prior, theta + cov_new Z' (y - p)."""
+def _learn_batch(theta: np.ndarray, cov: np.ndarray, z: np.ndarray, norm: np.ndarray, y: np.ndarray,
+                 c: np.ndarray) -> None:
+    """Outcomes of one LLM, in place: the Laplace update of their logistic likelihood (each raised
+    to its weight c > 0) at the current mean. Covariance (S^-1 + Z' W Z)^-1 = S - S Z' (W^-1 + Z S
+    Z')^-1 Z S with W = c p(1-p); then the mean by one Newton step from the prior, theta + cov_new
+    Z' c (y - p)."""
+    if not len(y):
+        return
     p = 1.0 / (1.0 + np.exp(-(z @ theta - norm)))
-    w = np.maximum(p * (1.0 - p), 1e-6)
+    w = c * np.maximum(p * (1.0 - p), 1e-6)
     sz = cov @ z.T  # (d, b)
     inner = np.diag(1.0 / w) + z @ sz
     cov -= sz @ np.linalg.solve(inner, sz.T)
-    theta += cov @ (z.T @ (y - p))
+    theta += cov @ (z.T @ (c * (y - p)))
 
 
 def member_logits(geo, theta: list[np.ndarray]) -> np.ndarray:

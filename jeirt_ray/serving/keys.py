@@ -30,7 +30,7 @@ from ..core import paths
 from ..core.choices import chosen
 from ..core.secrets import redact
 from ..core.sql import add_new_columns, create_tables
-from ..feedback.store import SOURCES, check_sources
+from ..feedback.store import SOURCES, check_sources, check_weight
 
 SCOPES = ("route", "chat", "feedback", "onboard", "explore", "admin")
 KEYS_URL_ENV = "JEIRT_KEYS_URL"
@@ -49,7 +49,8 @@ _keys = sa.Table(
     # the feedback sources a key may claim (comma-separated; null, for keys made before: user)
     sa.Column("sources", sa.String(64)),
     # how many grades (POST /v1/feedback) it may give per minute and per UTC day (null: no cap)
-    sa.Column("grades_per_minute", sa.Integer), sa.Column("grades_per_day", sa.Integer))
+    sa.Column("grades_per_minute", sa.Integer), sa.Column("grades_per_day", sa.Integer),
+    sa.Column("grade_weight", sa.Float))  # how much its grades count in learning (null: 1)
 # one row per key and period: "min:<minute since the epoch, 12 digits>", "day:<YYYY-MM-DD>",
 # "mon:<YYYY-MM>" (UTC; fixed widths, so that periods of a kind sort as strings)
 _usage = sa.Table(
@@ -83,6 +84,7 @@ class Key:
     sources: tuple[str, ...] = ("user",)
     grades_per_minute: int | None = None
     grades_per_day: int | None = None
+    grade_weight: float = 1.0
 
     def allows(self, scope: str) -> bool:
         return "admin" in self.scopes or scope in self.scopes
@@ -97,7 +99,7 @@ class Key:
 
     def public(self) -> dict:
         return {"id": self.id, "name": self.name, "scopes": list(self.scopes), "sources": list(self.sources),
-                **self.limits(),
+                **self.limits(), "grade_weight": self.grade_weight,
                 "created": dt.datetime.fromtimestamp(self.created, dt.timezone.utc).isoformat(timespec="seconds"),
                 "revoked": None if self.revoked is None else
                 dt.datetime.fromtimestamp(self.revoked, dt.timezone.utc).isoformat(timespec="seconds")}
@@ -173,18 +175,20 @@ class KeyStore:
             with self._lock:
                 if not self._ready:
                     create_tables(_meta, self.engine)
-                    add_new_columns(_keys, self.engine)  # sources and the grade caps came later
+                    add_new_columns(_keys, self.engine)  # sources, the grade caps and weight came later
                     self._ready = True
         return self.engine.begin()
 
     # ---- administration --------------------------------------------------------------------------
     def create(self, name: str, scopes, rpm: int | None = None, tpm: int | None = None,
                usd_per_day: float | None = None, usd_per_month: float | None = None,
-               sources="user", grades_per_minute: int | None = None, grades_per_day: int | None = None
-               ) -> tuple[Key, str]:
+               sources="user", grades_per_minute: int | None = None, grades_per_day: int | None = None,
+               grade_weight: float = 1.0) -> tuple[Key, str]:
         """A new key: (its record, the key itself, shown this once). `sources`: what its grades may
         say they come from (user; judge and key for the graders' own keys); `grades_per_minute`
-        and `grades_per_day`: how many grades it may give (so one tenant cannot outvote the rest)."""
+        and `grades_per_day`: how many grades it may give, and `grade_weight` how much each counts
+        in learning (0 to 100; 0: recorded, learned from nothing), so one tenant cannot outvote the
+        rest."""
         if not name or not name.strip():
             raise ValueError("a key needs a --name (who or what uses it)")
         for label, value in (("rpm", rpm), ("tpm", tpm), ("usd_per_day", usd_per_day), ("usd_per_month", usd_per_month),
@@ -195,13 +199,13 @@ class KeyStore:
         secret = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
         record = Key(key_id, name.strip(), check_scopes(scopes), rpm, tpm, usd_per_day, usd_per_month, time.time(),
                      sources=check_sources(sources), grades_per_minute=grades_per_minute,
-                     grades_per_day=grades_per_day)
+                     grades_per_day=grades_per_day, grade_weight=check_weight(grade_weight))
         with self._begin() as c:
             c.execute(_keys.insert().values(id=record.id, name=record.name, hash=digest(secret),
                                             scopes=",".join(record.scopes), rpm=rpm, tpm=tpm, usd_per_day=usd_per_day,
                                             usd_per_month=usd_per_month, created=record.created,
                                             sources=",".join(record.sources), grades_per_minute=grades_per_minute,
-                                            grades_per_day=grades_per_day))
+                                            grades_per_day=grades_per_day, grade_weight=record.grade_weight))
         return record, secret
 
     def list(self, revoked: bool = False) -> list[Key]:
@@ -364,7 +368,7 @@ class KeyStore:
 def _key(row) -> Key:
     return Key(row.id, row.name, tuple(row.scopes.split(",")), row.rpm, row.tpm, row.usd_per_day, row.usd_per_month,
                row.created, row.revoked, tuple((row.sources or "user").split(",")), row.grades_per_minute,
-               row.grades_per_day)
+               row.grades_per_day, 1.0 if row.grade_weight is None else row.grade_weight)
 
 
 def _sqlite_pragmas(connection, _record) -> None:

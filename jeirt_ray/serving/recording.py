@@ -93,7 +93,8 @@ class Recorder:
                 self._store = await loop.run_in_executor(self._threads, FeedbackStore, self.config.feedback_url)
             out = await loop.run_in_executor(self._threads, functools.partial(
                 grade_rows, self._store, rows, body.id, body.score, source, body.query_index, body.llm,
-                getattr(key, "id", None), body.comment, owner=None if admin else key.id, any_llm=admin))
+                getattr(key, "id", None), body.comment, owner=None if admin else key.id, any_llm=admin,
+                weight=getattr(key, "grade_weight", 1.0)))
         except (NotFound, Conflict) as e:
             self.metrics.feedback(source, "unknown" if isinstance(e, NotFound) else "conflict")
             raise

@@ -120,6 +120,8 @@ class KeyResponse(BaseModel):
     usd_per_month: float | None
     grades_per_minute: int | None = Field(None, description="grades it may give per minute (null: no cap)")
     grades_per_day: int | None = Field(None, description="grades it may give per UTC day (null: no cap)")
+    grade_weight: float = Field(1.0, description="how much each of its grades counts in learning (0: recorded, "
+                                                 "learned from nothing)")
     created: str
     revoked: str | None
     usage: KeyUsage | None = Field(description="null for the admin token, which has no limits")
