@@ -10,8 +10,8 @@ buffer: at most `flush_s` seconds of decisions, at most `flush_rows` rows (`stat
 is pending). A buffer that a failing filesystem lets grow past `max_pending` rows or
 `max_pending_mb` drops the newest and counts them, rather than taking the replica's memory.
 Once an hour is over, each writer compacts its files of that hour into one (a replica writes
-one file per hour, not one per second); a writer that dies leaves its last hour's files as they
-are. Files name the span of decision ids (milliseconds) they hold, so one id is found by listing
+one file per hour, not one per second), and so does one that closes; a writer that dies leaves its
+last hour's files as they are. Files name the span of decision ids (milliseconds) they hold, so one id is found by listing
 its hour and reading the few files whose span holds it. A file is written under a hidden
 temporary name and moved into place whole; temporary files a crash left are deleted an hour on.
 
@@ -43,6 +43,7 @@ QUERY_MODES = ("none", "embedding", "text")  # what of a query is kept: nothing,
 ANSWER_MODES = ("none", "text")
 DAY = re.compile(r"^day=(\d{4}-\d{2}-\d{2})$")
 ORPHAN_S = 3600  # a temporary file this old was left by a writer that died mid-write
+COMPACT_EVERY_S = 60  # how often a writer looks for hours that are over
 FILE = re.compile(r"^(\d+)-(\d+)-([0-9a-f]+)-\d+\.parquet$")  # first ms, last ms, writer
 
 SCHEMA = pa.schema([
@@ -211,11 +212,12 @@ class DecisionLog:
         return done
 
     def close(self) -> None:
-        """Flush and stop the thread."""
+        """Flush, compact the hours that are over, and stop the thread."""
         self._closed = True
         self._wake.set()
         self._thread.join(timeout=30)
         self.flush()
+        self.compact()
 
     def _next_name(self, first_ms: int, last_ms: int) -> str:
         self._seq += 1
@@ -229,11 +231,14 @@ class DecisionLog:
         self._hours.add(hour)
 
     def _run(self) -> None:
+        tried = 0.0
         while not self._closed:
             self._wake.wait(self.settings.flush_s)
             self._wake.clear()
             self.flush()
-            self.compact()
+            if time.time() - tried >= COMPACT_EVERY_S:  # a failing filesystem is tried again a minute on
+                tried = time.time()
+                self.compact()
 
     def _prune_daily(self) -> None:
         if time.time() - self._pruned > 3600:
