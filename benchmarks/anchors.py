@@ -1,6 +1,7 @@
 """Anchor questions alone at a population's size, over several seeds, in minutes.
 
     python benchmarks/anchors.py [--data DIR] --out F.json [--seeds 0 1 2] [--new-llms 200]
+                                 [--pursue overall|benchmarks]
 
 The population study (benchmarks/population.py) runs everything (its default onboarding is the
 anchored strategy) in about 45 minutes for one seed; this runs the anchors' part of it without
@@ -10,7 +11,9 @@ new (as the study splits them), anchors chosen on the others' answers (model/anc
 have a label for estimated from their answers to the first N anchors among those questions,
 against the mean of N random answers of theirs. And, where models.csv has the leaderboard's
 scores, each new LLM's score reconstructed from its first 100 anchors (population/leaderboard.py
-from_anchors), for the new LLMs of the study's sample that ran all five benchmarks.
+from_anchors), for the new LLMs of the study's sample that ran all five benchmarks. `--pursue
+benchmarks` chooses the anchors for the five benchmarks' accuracies at once instead of the overall
+accuracy (the default, as served).
 
 The JSON: seeds[seed].onboarding["25"|"50"|"100"|"200"][anchored|random]: {accuracy_mae (points),
 interval_coverage, llms}; seeds[seed].leaderboard["100"][bench]: {rmse, llms}; spread: per N and
@@ -31,7 +34,7 @@ from _common import dataset_path, parser, write_json  # noqa: E402
 CHECKPOINTS = (25, 50, 100, 200)
 
 
-def one_seed(data, labels: np.ndarray, table, seed: int, new_llms: int) -> dict:
+def one_seed(data, labels: np.ndarray, table, seed: int, new_llms: int, pursue: str = "overall") -> dict:
     import pandas as pd
 
     from jeirt_ray.model.anchors import Anchors
@@ -43,7 +46,8 @@ def one_seed(data, labels: np.ndarray, table, seed: int, new_llms: int) -> dict:
     at = pd.Index(data.models)
     known, new = labels[:, at.get_indexer(known_names)], labels[:, at.get_indexer(new_names)]
     start = time.perf_counter()
-    anchors = Anchors(answers_of(known), NOT_ANSWERED)
+    anchors = Anchors(answers_of(known), NOT_ANSWERED,
+                      groups=np.asarray(data.benchmarks) if pursue == "benchmarks" else None)
     chose_s = time.perf_counter() - start
     enough = np.flatnonzero((~np.isnan(new)).sum(0) >= max(CHECKPOINTS))
     chosen = np.sort(np.random.default_rng(seed).choice(enough, size=min(new_llms, len(enough)), replace=False))
@@ -83,6 +87,8 @@ def main(argv=None) -> dict:
     ap = parser(__doc__)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--new-llms", type=int, default=200, help="new LLMs studied per seed")
+    ap.add_argument("--pursue", choices=["overall", "benchmarks"], default="overall",
+                    help="choose the anchors for the overall accuracy (as served) or each benchmark's at once")
     args = ap.parse_args(argv)
     if args.new_llms < 1:
         ap.error("--new-llms must be at least 1")
@@ -93,7 +99,7 @@ def main(argv=None) -> dict:
     labels = data.label_matrix()
     seeds = {}
     for seed in args.seeds:
-        seeds[str(seed)] = one_seed(data, labels, table, seed, args.new_llms)
+        seeds[str(seed)] = one_seed(data, labels, table, seed, args.new_llms, args.pursue)
         print(f"seed {seed}: " + ", ".join(f"{n}: {v['anchored']['accuracy_mae']:.2f} vs random "
                                            f"{v['random']['accuracy_mae']:.2f}"
                                            for n, v in seeds[str(seed)]["onboarding"].items()), flush=True)
@@ -109,6 +115,7 @@ def main(argv=None) -> dict:
         spread["leaderboard"][b] = {"mean": float(np.mean(values)), "min": float(np.min(values)),
                                     "max": float(np.max(values))}
     out = {"data": {"llms": int(data.n_models), "questions": int(data.n_questions), "folder": str(folder)},
+           "pursue": args.pursue,
            "seeds": seeds, "spread": spread}
     write_json(args.out, out)
     return out

@@ -33,6 +33,14 @@ def test_pursuit_picks_what_explains_the_target_and_never_a_copy_of_a_pick():
     assert picked[0] in (1, 4) and picked[1] == 3 and not {1, 4} <= set(picked)
 
 
+def test_pursuit_of_several_figures_explains_each_of_them_and_of_one_is_the_plain_pursuit():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(300, 8))
+    small, large = X[:, 2] + 0.01 * rng.normal(size=300), 100 * (X[:, 5] + X[:, 6])  # unit spread each
+    assert set(pursue(X, np.c_[small, large], 3).tolist()) == {2, 5, 6}
+    assert pursue(X, large, 2).tolist() == pursue(X, large[:, None], 2).tolist() and 2 not in pursue(X, large, 2)
+
+
 def test_anchors_estimate_a_new_llms_accuracy_closer_than_as_many_random_answers_within_their_interval():
     answers = population(1300, 400, 0)
     known, new = answers[:1000], answers[1000:]

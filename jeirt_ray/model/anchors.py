@@ -33,13 +33,15 @@ CACHED = 64  # learned maps kept per space (each a few MB at thousands of LLMs)
 def pursue(X: np.ndarray, target: np.ndarray, steps: int) -> np.ndarray:
     """Orthogonal matching pursuit: `steps` columns of `X` (LLMs x questions) picked one by one,
     each the one whose part not explained by those already picked best explains what of `target`
-    (one figure per LLM) they leave."""
+    (one figure per LLM; or several, LLMs x figures, each scaled to unit spread: the pick then
+    explains most of them together, simultaneous pursuit) they leave."""
     R = X - X.mean(0)  # every column's part not yet explained, kept orthogonal to the picks
-    r = target - target.mean()
+    r = target.reshape(len(X), -1) - target.reshape(len(X), -1).mean(0)
+    r = r / np.maximum(r.std(0), 1e-12)
     chosen: list[int] = []
     for _ in range(min(steps, X.shape[1])):
         power = (R ** 2).sum(0)
-        score = np.where(power > 1e-9, (R.T @ r) ** 2 / np.maximum(power, 1e-9), -1.0)
+        score = np.where(power > 1e-9, ((R.T @ r) ** 2).sum(1) / np.maximum(power, 1e-9), -1.0)
         score[chosen] = -1.0
         j = int(np.argmax(score))
         if score[j] <= 0:
@@ -47,15 +49,19 @@ def pursue(X: np.ndarray, target: np.ndarray, steps: int) -> np.ndarray:
         chosen.append(j)
         v = R[:, j] / np.sqrt(power[j])
         R -= np.outer(v, v @ R)
-        r = r - v * (v @ r)
+        r = r - np.outer(v, v @ r)
     return np.array(chosen, dtype=int)
 
 
 class Anchors:
     """The anchor order of a space's questions and the regressions from answers to accuracy."""
 
-    def __init__(self, answers: np.ndarray, missing: int, seed: int = 0):
-        """`answers`: the known LLMs' answers (LLMs x questions, percent; `missing` where none)."""
+    def __init__(self, answers: np.ndarray, missing: int, seed: int = 0, groups: np.ndarray | None = None):
+        """`answers`: the known LLMs' answers (LLMs x questions, percent; `missing` where none).
+        `groups` (one label per question, e.g. its benchmark): choose the anchors for the accuracy
+        on each group at once rather than for the overall accuracy (the default: on the Open LLM
+        Leaderboard it estimates the overall accuracy better and GSM8K's score far better, the
+        other benchmarks' scores a little worse; docs/results/population.md)."""
         seen = answers != missing
         self.y = np.where(seen, answers.astype(np.float32) / 100, np.nan).astype(np.float32)  # LLMs x questions
         # a trained space keeps the answers to its training questions: the others are never anchors
@@ -65,7 +71,12 @@ class Anchors:
         full = (seen[:, self.covered].mean(1) >= FULL) & ~self.calibration
         X = self.y[np.ix_(full, self.covered)].astype(np.float64)
         X = np.where(np.isnan(X), np.nanmean(X, 0, keepdims=True), X)  # the few gaps: the question's mean
-        picked = np.flatnonzero(self.covered)[pursue(X, X.mean(1), LENGTH)]
+        if groups is None:
+            target = X.mean(1)
+        else:
+            of = np.asarray(groups)[self.covered]
+            target = np.stack([X[:, of == g].mean(1) for g in np.unique(of)], 1)
+        picked = np.flatnonzero(self.covered)[pursue(X, target, LENGTH)]
         rest = np.setdiff1d(np.arange(answers.shape[1]), picked)
         self.order = np.r_[picked, rng.permutation(rest)].astype(int)
         self._fits = LRUCache(maxsize=CACHED)  # learned maps by (anchors asked, questions): a plan re-asks them
