@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..learning.explore import DEFAULTS, Explorer, Pacer
+from .texts import checked_texts
 from ..learning.online import OnlineState, Outcomes
 from ..routing.router import NotFound, RequestError
 
@@ -60,8 +61,7 @@ class Learner:
     def route(self, texts: Sequence[str], candidates: Sequence[str] | None = None) -> list[dict]:
         """One decision per text: the LLM chosen, the probability with which it was chosen, whether
         exploring chose it, the greedy choice, and every LLM's P(correct) under the posterior."""
-        from .space import _texts
-        texts = _texts(texts, "route")
+        texts = checked_texts(texts, "route")
         x = self.space.embed(texts)
         names = self.state.names
         allowed = None
@@ -81,8 +81,7 @@ class Learner:
 
     def learn(self, texts: Sequence[str], llms: Sequence[str], grades: Sequence[float]) -> None:
         """Learn graded outcomes: the text each LLM answered, and its grade in [0, 1]."""
-        from .space import _texts
-        texts = _texts(texts, "learn")
+        texts = checked_texts(texts, "learn")
         index = {n: i for i, n in enumerate(self.state.names)}
         unknown = sorted({m for m in llms if m not in index})
         if unknown:

@@ -26,6 +26,7 @@ from ..routing.decisions import DEFAULT_TOP_K, PolicyName, RouteDecision
 from ..routing.prices import LLMPrices, PriceTable, price_pair, question_costs_of, record_onboarded, resolve_prices
 from ..routing.router import SpaceRouter
 from ..zoo.catalog import record_size
+from .texts import checked_texts
 
 if TYPE_CHECKING:
     from .learner import Learner
@@ -92,14 +93,14 @@ class Space(CoreSpace):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Frozen encoder embeddings of `texts`, (n, in_dim)."""
-        texts = _texts(texts)
+        texts = checked_texts(texts)
         return np.asarray(self.encoder.encode(texts), dtype=np.float32)
 
     # ---- what a user asks -------------------------------------------------------------------
     def predict(self, texts: Sequence[str]) -> pd.DataFrame:
         """P(correct) of every LLM on every text: one row per text (in order, indexed by the
         text), one column per LLM."""
-        texts = _texts(texts, "predict")
+        texts = checked_texts(texts, "predict")
         p = self.predict_proba(self.embed(texts))
         return pd.DataFrame(p, index=pd.Index(texts, name="text"), columns=pd.Index(self.model_names, name="llm"))
 
@@ -138,7 +139,7 @@ class Space(CoreSpace):
         `usd_per_call` and `max_cost`."""
         usd_per_call = take(usd_per_call, costs, "costs", "usd_per_call", "Space.route")
         max_cost = take(max_cost, budget, "budget", "max_cost", "Space.route")
-        texts = _texts(texts, "route")
+        texts = checked_texts(texts, "route")
         if candidates is not None and not isinstance(candidates, (str, dict)):
             candidates = list(candidates)
         return self.router(usd_per_call, prices).route(
@@ -256,20 +257,6 @@ def _llm_prices(prices: PricesLike, models: list[str]) -> LLMPrices | None:
     resolved = resolve_prices(models, table)
     log.info("%s", resolved.summary())
     return resolved
-
-
-def _texts(texts: Sequence[str], method: str = "embed") -> list[str]:
-    if isinstance(texts, (str, bytes)):
-        raise TypeError(f"Space.{method}: pass a list of texts, e.g. space.{method}([text])")
-    out = list(texts)
-    if not out:
-        raise ValueError(f"Space.{method}: no texts given")
-    for i, t in enumerate(out):
-        if not isinstance(t, str):
-            raise TypeError(f"Space.{method}: text {i} is {type(t).__name__} {str(t)[:40]!r}, not a string")
-        if not t.strip():
-            raise ValueError(f"Space.{method}: text {i} is empty or blank: nothing to route")
-    return out
 
 
 class Registry(SpaceRegistry):

@@ -95,7 +95,7 @@ class ResponseData:
         no (model, question) pair twice: a DataError naming the row, column and value) unless
         `validated` says a loader did it already."""
         if not validated:
-            from .loaders import validate_questions, validate_responses
+            from .validate import validate_questions, validate_responses
             questions = validate_questions(questions, "questions frame")
             responses = validate_responses(responses, pd.Index(questions["question_id"].astype(str)),
                                            "responses frame")

@@ -17,82 +17,13 @@ from .llm_table import llm_info, read_models
 from .errors import DataError
 from .importers import detect_format, import_results
 from .tables import read_table
+from .validate import (QUESTION_COLUMNS, RESPONSE_COLUMNS, first_index, parse_labels, require_columns,
+                       validate_questions, validate_responses)
 
-QUESTION_COLUMNS = ("question_id", "benchmark", "text")
-RESPONSE_COLUMNS = ("model", "question_id", "label")
 EMBEDLLM_COLUMNS = ("prompt_id", "prompt", "model_id", "model_name", "label", "category_id", "category")
 EMBEDLLM_FILES = ("train.csv", "val.csv", "test.csv")
 DuplicateRule = Literal["mean", "first", "last", "max", "error"]
 log = logging.getLogger("jeirt.data")
-
-
-def _require_columns(df: pd.DataFrame, columns: tuple[str, ...], file: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise DataError(f"missing column(s) {missing}; found {list(df.columns)}", file=file)
-
-
-def _first(mask: np.ndarray) -> int:
-    return int(np.flatnonzero(mask)[0])
-
-
-def _parse_labels(df: pd.DataFrame, column: str, file: str) -> np.ndarray:
-    raw = df[column]
-    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(values)
-    if bad.any():
-        i = _first(bad)
-        raise DataError("label is not a number (NaN, empty or text)", file=file, row=i + 1,
-                        column=column, value=raw.iloc[i])
-    out_of_range = (values < 0) | (values > 1)
-    if out_of_range.any():
-        i = _first(out_of_range)
-        raise DataError("label is outside [0, 1]", file=file, row=i + 1, column=column,
-                        value=float(values[i]))
-    return values.astype(np.float32)
-
-
-def validate_questions(df: pd.DataFrame, file: str) -> pd.DataFrame:
-    _require_columns(df, QUESTION_COLUMNS, file)
-    df = df.reset_index(drop=True)
-    for col in QUESTION_COLUMNS:
-        values = df[col].astype(str)
-        empty = (df[col].isna() | (values.str.strip() == "")).to_numpy()
-        if empty.any():
-            i = _first(empty)
-            raise DataError(f"empty {col}", file=file, row=i + 1, column=col, value=df[col].iloc[i])
-    dup = df["question_id"].duplicated().to_numpy()
-    if dup.any():
-        i = _first(dup)
-        raise DataError("duplicate question_id", file=file, row=i + 1, column="question_id",
-                        value=df["question_id"].iloc[i])
-    return df[list(QUESTION_COLUMNS)].astype(str)
-
-
-def validate_responses(df: pd.DataFrame, known_questions: pd.Index, file: str) -> pd.DataFrame:
-    _require_columns(df, RESPONSE_COLUMNS, file)
-    df = df.reset_index(drop=True)
-    empty_model = (df["model"].isna() | (df["model"].astype(str).str.strip() == "")).to_numpy()
-    if empty_model.any():
-        i = _first(empty_model)
-        raise DataError("empty model name", file=file, row=i + 1, column="model", value=df["model"].iloc[i])
-    labels = _parse_labels(df, "label", file)
-    qids = df["question_id"].astype(str)
-    unknown = ~qids.isin(known_questions).to_numpy()
-    if unknown.any():
-        i = _first(unknown)
-        raise DataError("response to a question that is not in the questions file", file=file,
-                        row=i + 1, column="question_id", value=qids.iloc[i])
-    out = pd.DataFrame({"model": df["model"].astype(str), "question_id": qids, "label": labels})
-    dup = out.duplicated(["model", "question_id"]).to_numpy()
-    if dup.any():
-        i = _first(dup)
-        first = int(np.flatnonzero((out["model"] == out["model"].iloc[i]).to_numpy()
-                                   & (out["question_id"] == qids.iloc[i]).to_numpy())[0])
-        raise DataError(f"duplicate (model, question_id) pair, first seen at row {first + 1}",
-                        file=file, row=i + 1, column="question_id",
-                        value=f"{out['model'].iloc[i]} / {qids.iloc[i]}")
-    return out
 
 
 def _find(directory: Path, stem: str) -> Path:
@@ -115,8 +46,8 @@ def load_long_format(directory: str | Path, name: str | None = None) -> Response
     d = _folder(directory)
     qfile, rfile = _find(d, "questions"), _find(d, "responses")
     qtable, rtable = read_table(qfile), read_table(rfile)
-    _require_columns(qtable, QUESTION_COLUMNS, str(qfile))
-    _require_columns(rtable, RESPONSE_COLUMNS, str(rfile))
+    require_columns(qtable, QUESTION_COLUMNS, str(qfile))
+    require_columns(rtable, RESPONSE_COLUMNS, str(rfile))
     _not_empty(qtable, "questions", str(qfile))
     _not_empty(rtable, "responses", str(rfile))
     questions = validate_questions(qtable, str(qfile))
@@ -141,11 +72,11 @@ def load_embedllm(directory: str | Path, duplicates: DuplicateRule = "mean") -> 
         if not p.exists():
             continue
         df = read_table(p)
-        _require_columns(df, EMBEDLLM_COLUMNS, str(p))
-        labels = _parse_labels(df, "label", str(p))
+        require_columns(df, EMBEDLLM_COLUMNS, str(p))
+        labels = parse_labels(df, "label", str(p))
         empty = (df["prompt"].astype(str).str.strip() == "").to_numpy()
         if empty.any():
-            i = _first(empty)
+            i = first_index(empty)
             raise DataError("empty prompt", file=str(p), row=i + 1, column="prompt", value=df["prompt"].iloc[i])
         frames.append(pd.DataFrame({"question_id": df["prompt_id"].astype(str), "text": df["prompt"].astype(str),
                                     "benchmark": df["category"].astype(str),
@@ -160,13 +91,13 @@ def load_embedllm(directory: str | Path, duplicates: DuplicateRule = "mean") -> 
     conflict = rows.merge(per_q[["question_id", "text"]], on="question_id", suffixes=("", "_first"))
     bad = (conflict["text"] != conflict["text_first"]).to_numpy()
     if bad.any():
-        r = conflict.iloc[_first(bad)]
+        r = conflict.iloc[first_index(bad)]
         raise DataError(f"prompt_id {r['question_id']} has two different prompts", file=str(d / r["file"]),
                         row=int(r["row"]), column="prompt", value=r["text"][:80])
 
     dup = rows.duplicated(["model", "question_id"], keep=False).to_numpy()
     if dup.any() and duplicates == "error":
-        r = rows.iloc[_first(rows.duplicated(["model", "question_id"]).to_numpy())]
+        r = rows.iloc[first_index(rows.duplicated(["model", "question_id"]).to_numpy())]
         raise DataError("duplicate (model_name, prompt_id) pair (choose a rule with duplicates=...)",
                         file=str(d / r["file"]), row=int(r["row"]), column="prompt_id",
                         value=f"{r['model']} / {r['question_id']}")

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from .http import error
+from .errors import error
 from .keys import ADMIN_TOKEN_KEY, PREFIX, Admission, Key, KeyStore, digest
 
 log = logging.getLogger("jeirt.serve")

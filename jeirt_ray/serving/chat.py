@@ -13,7 +13,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from .gateway import (AllFailed, ChatControl, Conversations, Gateway, answer_cost, answer_tokens, ask_for_usage,
                       decision_only, estimated_usage, key_charge, reachable_candidates, relay, routing_headers,
                       routing_of)
-from .http import error, server_timing
+from .errors import error
+from .http import server_timing
 from .schemas import ChatRequest
 
 

@@ -8,9 +8,10 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .access import Guard, secure_openapi
+from .errors import error
 from .schemas import MAX_BODY_BYTES, MAX_ONBOARD_BODY_BYTES, ErrorBody
 
 log = logging.getLogger("jeirt.serve")
@@ -20,11 +21,6 @@ ERRORS = {code: {"model": ErrorBody, "description": text} for code, text in {
     409: "the request needs something the service has not configured, a parameter that its policy calls for, "
          "or gives one setting twice, differently", 413: "request body too large",
     422: "invalid request", 500: "the service's own fault"}.items()}
-
-
-def error(status: int, message: str, detail: list | None = None, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse(status_code=status, content=ErrorBody(error=message, detail=detail).model_dump(),
-                        headers=headers)
 
 
 async def _invalid(request: Request, exc: RequestValidationError):
@@ -97,7 +93,6 @@ def make_api() -> FastAPI:
     api.add_middleware(BodyLimit, limits={"/v1/onboard": MAX_ONBOARD_BODY_BYTES, "/v1/onboard/plan": MAX_ONBOARD_BODY_BYTES}, default=MAX_BODY_BYTES)
     # the explorer's plotly.js (4.6 MB) and map (1.5 MB on mmlu_pro) shrink 3-4x; small answers stay as they are
     api.add_middleware(GZipMiddleware, minimum_size=64 * 1024, compresslevel=5)
-    from .access import Guard, secure_openapi
     api.add_middleware(Guard)  # added last, so it runs first: keys are checked before a body is read
     secure_openapi(api, "required")  # a Router replica sets its own mode
     return api
