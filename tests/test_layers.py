@@ -30,3 +30,29 @@ def test_the_layer_check_fails_on_an_import_that_runs_up(tmp_path):
                          env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
     assert out.returncode != 0
     assert "jeirt_ray.routing.policies -> jeirt_ray.experiments.methods" in out.stdout
+
+
+def _cycles(package: str) -> tuple[int, list[tuple[str, str]]]:
+    """(the modules read, the (a, b) where a imports b and b leads back to a), inside functions too
+    (grimp: import-linter's graph)."""
+    import grimp
+    graph = grimp.build_graph(package, cache_dir=None)
+    return len(graph.modules), [(a, b) for a in sorted(graph.modules)
+                                for b in sorted(graph.find_modules_directly_imported_by(a))
+                                if graph.find_shortest_chain(importer=b, imported=a)]
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    modules, cycles = _cycles("jeirt_ray")
+    assert modules > 100 and cycles == []
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path, monkeypatch):
+    """A copy of two modules that import each other (inside a function, as data/ once did)."""
+    pkg = tmp_path / "loopy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("def f():\n    from . import a\n    return a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert set(_cycles("loopy")[1]) == {("loopy.a", "loopy.b"), ("loopy.b", "loopy.a")}
