@@ -101,7 +101,8 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
     p_champion, p_challenger = space.predict_proba(x), challenger.predict_proba(x)
     rows = np.arange(len(y))
     gain = _log_loss(p_champion[rows, llm], y) - _log_loss(p_challenger[rows, llm], y)
-    interval = mean_ci(gain, ids, weights=weight)  # each grade counts as its key's weight
+    mean_gain = float(np.average(gain, weights=weight))  # each grade counts as its key's weight
+    interval = mean_ci(gain, ids, weights=weight)
     terms, value = {}, {}
     for k, p in (("champion", p_champion), ("challenger", p_challenger)):
         e = evaluate_policy(llm, propensity, y, one_hot(p.argmax(1), p.shape[1]))
@@ -116,13 +117,13 @@ def learn(space_uri: str, since_days: float = 7.0, register: str | None = None, 
     registered.metadata["feedback_seq"] = int(last)
     evidence = {"champion": f"{champion.name}/{champion.version}", "grades_learned": n_learn, "grades_held_out": n_held,
                 "grades_compared": len(y), "held_out_learned_after": sum(f["learned"] for f in finals),
-                "log_loss_gain": float(np.average(gain, weights=weight)),
+                "log_loss_gain": mean_gain,
                 "log_loss_gain_ci95": [float(v) for v in interval],
                 "greedy_value_ips": value, "value_gain_ips": float(np.average(value_gain, weights=weight)),
                 "value_gain_ips_ci95": [float(v) for v in value_interval], "since_days": since_days,
                 "sources": list(sources), "feedback_seq": int(last), "workers": len(learners)}
     registered.metadata["learned_from_feedback"] = evidence
-    version = registry.register(registered, name, metrics={"feedback_log_loss_gain": float(np.average(gain, weights=weight))})
+    version = registry.register(registered, name, metrics={"feedback_log_loss_gain": mean_gain})
     alias = "champion" if better and promote else "challenger"
     registry.promote(name, version, alias, expected=expected if alias == "champion" else None)
     registry.client.set_model_version_tag(name, str(version), "feedback_evidence", json.dumps(evidence)[:4000])

@@ -10,9 +10,9 @@ buffer: at most `flush_s` seconds of decisions, at most `flush_rows` rows (`stat
 is pending). A buffer that a failing filesystem lets grow past `max_pending` rows or
 `max_pending_mb` drops the newest and counts them, rather than taking the replica's memory.
 Once an hour is over, each writer compacts its files of that hour into one (a replica writes
-one file per hour, not one per second), and so does one that closes; a writer that dies leaves its
-last hour's files as they are. Files name the span of decision ids (milliseconds) they hold, so one id is found by listing
-its hour and reading the few files whose span holds it. A file is written under a hidden
+one file per hour, not one per second), and so does one that closes; a writer that dies leaves
+its last hour's files as they are. Files name the span of decision ids (milliseconds) they hold,
+so one id is found by listing its hour and reading the few files whose span holds it. A file is written under a hidden
 temporary name and moved into place whole; temporary files a crash left are deleted an hour on.
 
 An id is 28 hex digits: the decision's time in milliseconds (12) and 64 random bits, so ids sort
@@ -227,7 +227,9 @@ class DecisionLog:
         ms = [int(r["id"][:12], 16) for r in rows]
         folder = f"{self.root}/{hour}"
         self.fs.create_dir(folder, recursive=True)
-        _write_whole(self.fs, folder, self._next_name(min(ms), max(ms)), _table(rows))
+        table = _table(rows)
+        _write_whole(self.fs, folder, self._next_name(min(ms), max(ms)),
+                     lambda tmp: pq.write_table(table, tmp, filesystem=self.fs, compression="zstd"))
         self._hours.add(hour)
 
     def _run(self) -> None:
@@ -255,14 +257,11 @@ def _size(row: dict) -> int:
 
 
 def _write_whole(fs: pafs.FileSystem, folder: str, name: str, write) -> None:
-    """Write a file under a hidden temporary name and move it into place: a reader never sees half
-    of one, and a failed write leaves no temporary file. `write`: a table, or a function of a path."""
+    """`write(path)` a file under a hidden temporary name and move it into place: a reader never
+    sees half of one, and a failed write leaves no temporary file."""
     tmp = f"{folder}/.{name}.tmp"
     try:
-        if isinstance(write, pa.Table):
-            pq.write_table(write, tmp, filesystem=fs, compression="zstd")
-        else:
-            write(tmp)
+        write(tmp)
         fs.move(tmp, f"{folder}/{name}")
     except BaseException:
         try:
@@ -283,26 +282,23 @@ def merge_hour(fs: pafs.FileSystem, folder: str, writer: str, name, row_group_ro
         if i.base_name.startswith(".") and i.base_name.endswith(".tmp") and i.mtime is not None \
                 and i.mtime.timestamp() < old:
             fs.delete_file(i.path)
-    spans = {i.path: m.groups() for i in infos if (m := FILE.match(i.base_name)) and m.group(3) == writer}
-    mine = sorted((i for i in infos if i.path in spans), key=lambda i: i.base_name)
+    mine = sorted((i.path, int(m.group(1)), int(m.group(2))) for i in infos
+                  if (m := FILE.match(i.base_name)) and m.group(3) == writer)
     if len(mine) < 2:
         return False
 
     def write(tmp: str) -> None:
         with pq.ParquetWriter(tmp, SCHEMA, filesystem=fs, compression="zstd") as out:
             batch: list[pa.Table] = []
-            for i in mine:
-                batch.append(pq.read_table(i.path, filesystem=fs).cast(SCHEMA))
-                if sum(t.num_rows for t in batch) >= row_group_rows:
+            for path, _, _ in mine:
+                batch.append(pq.read_table(path, filesystem=fs).cast(SCHEMA))
+                if sum(t.num_rows for t in batch) >= row_group_rows or path == mine[-1][0]:
                     out.write_table(pa.concat_tables(batch), row_group_size=row_group_rows)
                     batch = []
-            if batch:
-                out.write_table(pa.concat_tables(batch), row_group_size=row_group_rows)
 
-    _write_whole(fs, folder, name(min(int(a) for a, _, _ in spans.values()), max(int(b) for _, b, _ in spans.values())),
-                 write)
-    for i in mine:  # only once the merged file is in place
-        fs.delete_file(i.path)
+    _write_whole(fs, folder, name(min(m[1] for m in mine), max(m[2] for m in mine)), write)
+    for path, _, _ in mine:  # only once the merged file is in place
+        fs.delete_file(path)
     return True
 
 

@@ -50,8 +50,9 @@ class ShardLearner:
                     learn.append(r)
                     continue
                 n_held += 1
+                # no propensity logged: deterministic
                 for k, v in (("seq", r["seq"]), ("x", r["embedding"]), ("llm", index[r["llm"]]), ("y", r["score"]),
-                             ("p", r["propensity"] or 1.0), ("w", r["weight"]), ("id", r["id"])):  # no propensity logged: deterministic
+                             ("p", r["propensity"] or 1.0), ("w", r["weight"]), ("id", r["id"])):
                     self.held[k].append(v)
             n_learn += len(learn)
             if learn:
