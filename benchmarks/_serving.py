@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from jeirt_ray.serving.ingress import free_port, ingress_environ
+from jeirt_ray.serving.deployment.ingress import free_port, ingress_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,12 +48,12 @@ def registered_space(prep):
 @contextlib.contextmanager
 def service(home: Path, encoder: str, threads: int, edit=None, ingress: str = "proxy", model: str = "bench", **init):
     """deployments/local.yaml serving models:/`model`@champion (edited by `edit(raw)` if given) on a
-    fresh local Ray cluster behind `ingress` (jeirt_ray/serving/ingress.py; more ray.init arguments
+    fresh local Ray cluster behind `ingress` (jeirt_ray/serving/deployment/ingress.py; more ray.init arguments
     in `init`); yields the base URL."""
     import ray
     from ray import serve
 
-    from jeirt_ray.serving.deploy import deploy, load_config
+    from jeirt_ray.serving.deployment.deploy import deploy, load_config
     raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
     raw["applications"][0]["args"].update(encoder=encoder, encoder_threads=threads)
     if edit:
@@ -121,7 +121,7 @@ def keyed_gateway(home: Path, models, upstream: str, **router_config):
     `home`, and a Serve-config edit for `service` that requires keys, sends every LLM of
     `models` to `upstream` and takes 256 requests at once per Router (`router_config`: more
     user_config settings of the Router)."""
-    from jeirt_ray.serving.keys import KeyStore
+    from jeirt_ray.serving.access.keys import KeyStore
     os.environ["JEIRT_KEYS_URL"] = f"sqlite:///{home}/keys.db"
     _, key = KeyStore().create("bench", "chat", rpm=10**6, usd_per_day=10**6)
 

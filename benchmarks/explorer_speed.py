@@ -61,7 +61,7 @@ def main():
     from ray import serve
 
     from jeirt_ray.tracking.registry import SpaceRegistry
-    from jeirt_ray.serving.deploy import deploy, load_config
+    from jeirt_ray.serving.deployment.deploy import deploy, load_config
     reg = SpaceRegistry()
     reg.promote("explore-bench", reg.register(space, "explore-bench"), "champion")
     raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())

@@ -46,7 +46,7 @@ import numpy as np
 
 from _common import dataset_path, parser, write_json
 from _serving import ROOT, encoder_alone, free_port, keyed_gateway, registered_space, service, test_texts
-from jeirt_ray.serving.ingress import INGRESSES
+from jeirt_ray.serving.deployment.ingress import INGRESSES
 
 sys.path.insert(0, str(ROOT))
 from tests.upstream import Upstreams  # noqa: E402 (the test upstream, launched as a process)

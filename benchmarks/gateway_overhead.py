@@ -42,7 +42,7 @@ import numpy as np
 
 from _common import dataset_path, parser, write_json
 from _serving import ROOT, keyed_gateway, registered_space, service, test_texts
-from jeirt_ray.serving.ingress import INGRESSES
+from jeirt_ray.serving.deployment.ingress import INGRESSES
 
 sys.path.insert(0, str(ROOT))
 from tests.upstream import Upstreams  # noqa: E402 (the test upstream, launched as a process)
@@ -192,7 +192,7 @@ def set_router(home, url: str, section: str | None, **settings) -> None:
     """Change the Router's user_config[section] (None: its top level) in place (reconfigure, no restart)."""
     import yaml
 
-    from jeirt_ray.serving.deploy import deploy, load_config
+    from jeirt_ray.serving.deployment.deploy import deploy, load_config
     path = home / "serve.yaml"
     raw = yaml.safe_load(path.read_text())
     router = next(d for d in raw["applications"][0]["deployments"] if d["name"] == "Router")

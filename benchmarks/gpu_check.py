@@ -116,7 +116,7 @@ def main():
         import yaml
 
         import jeirt_ray as jr
-        from jeirt_ray.serving.deploy import check_registry, deploy, load_config
+        from jeirt_ray.serving.deployment.deploy import check_registry, deploy, load_config
         jr.register(results.pop("_space"), "gpu-check", alias="champion")
         raw = yaml.safe_load((ROOT / "deployments" / "production.yaml").read_text())
         app = raw["applications"][0]

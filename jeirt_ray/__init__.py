@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Space": "api.space", "Registry": "api.space",
     "ResponseData": "data", "Split": "data", "DataError": "data", "Prepared": "experiments.prepare",
-    "RouteDecision": "routing.decisions", "KeyStore": "serving.keys", "AnswerKey": "data.answer_key",
+    "RouteDecision": "routing.decisions", "KeyStore": "serving.access.keys", "AnswerKey": "data.answer_key",
     "onboard_endpoint": "api.onboard_endpoint", "Learner": "api.learner", "evaluate_policy": "learning.offpolicy",
     "Imported": "api.jobs", "load_data": "api.jobs", "import_results": "api.jobs", "prepare": "api.jobs",
     "train": "api.jobs", "evaluate": "api.jobs", "register": "api.jobs", "demo": "api.jobs", "report": "api.jobs",
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # for type checkers and the API reference
     from .data import DataError, ResponseData, Split
     from .experiments.prepare import Prepared
     from .routing.decisions import RouteDecision
-    from .serving.keys import KeyStore
+    from .serving.access.keys import KeyStore
     from .data.answer_key import AnswerKey
     from .api.onboard_endpoint import onboard_endpoint
     from .api.learner import Learner

@@ -90,7 +90,7 @@ def local_ray(num_cpus: int = 2, ingress: str = "proxy", **init):
     (e.g. _metrics_export_port)."""
     import ray
 
-    from jeirt_ray.serving.ingress import ingress_environ
+    from jeirt_ray.serving.deployment.ingress import ingress_environ
     with ingress_environ(ingress):
         ray.init(address="local", num_cpus=num_cpus, log_to_driver=False, **init)
         try:
@@ -156,7 +156,7 @@ def serving(space, name: str, home: Path, *, token: str | None = None, edit=None
     local.yaml (see local_serve_config) on a local Ray cluster of 2 CPUs behind `ingress` (more
     ray.init arguments in `ray_init`); yields the base URL."""
     from jeirt_ray.tracking.registry import SpaceRegistry
-    from jeirt_ray.serving.deploy import deploy, load_config
+    from jeirt_ray.serving.deployment.deploy import deploy, load_config
     with registry_env(home, token):
         reg = SpaceRegistry()
         reg.promote(name, reg.register(space, name), "champion")

@@ -148,7 +148,7 @@ def test_serve_ingress_is_checked_before_ray_starts(monkeypatch):
     import socket
     from pathlib import Path
 
-    from jeirt_ray.serving.ingress import STATS_PORT, use_ingress
+    from jeirt_ray.serving.deployment.ingress import STATS_PORT, use_ingress
     config = Path(__file__).resolve().parents[1] / "deployments" / "local.yaml"
     r = runner.invoke(app, ["serve", str(config), "--ingress", "nginx"])
     assert r.exit_code == 2 and "--ingress must be one of proxy, haproxy, not 'nginx'" in " ".join(r.output.split())

@@ -13,7 +13,7 @@ from jeirt_ray.encoders import HashingEncoder
 from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.model.train import TrainConfig
-from jeirt_ray.serving.explorer import llm_table, space_map
+from jeirt_ray.serving.explorer.views import llm_table, space_map
 
 from .conftest import missing, serving
 

@@ -464,7 +464,7 @@ def test_a_slow_challenger_in_shadow_holds_a_bounded_number_of_routes_and_counts
     from types import SimpleNamespace
 
     from jeirt_ray.serving.settings import RouterConfig
-    from jeirt_ray.serving.shadow import MAX_PENDING, ShadowRouting
+    from jeirt_ray.serving.loop.shadow import MAX_PENDING, ShadowRouting
     release = threading.Event()
 
     class SlowChallenger:

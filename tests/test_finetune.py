@@ -126,7 +126,7 @@ def test_serve_routes_with_the_spaces_own_encoder(cluster, tuned):
     from ray import serve
 
     from jeirt_ray.tracking.registry import SpaceRegistry
-    from jeirt_ray.serving.deploy import check_registry, deploy, load_config
+    from jeirt_ray.serving.deployment.deploy import check_registry, deploy, load_config
     space = train_space(tuned, HEAD, members=1, progress=False)
     reg = SpaceRegistry()
     reg.promote("ft", reg.register(space, "ft"), "champion")

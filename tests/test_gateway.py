@@ -8,7 +8,7 @@ import time
 import pytest
 
 from jeirt_ray.routing.router import RequestError
-from jeirt_ray.serving.gateway import (AllFailed, ChatControl, Conversations, Gateway, StreamMeter, ask_for_usage,
+from jeirt_ray.serving.relay.gateway import (AllFailed, ChatControl, Conversations, Gateway, StreamMeter, ask_for_usage,
                                       estimated_usage, relay)
 from jeirt_ray.serving.settings import GatewayConfig, RouterConfig, Upstream
 

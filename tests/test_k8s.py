@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jeirt_ray.serving.manifests import (check_all, check_front_door, check_hardening, check_network, check_ray_auth,
+from jeirt_ray.serving.deployment.manifests import (check_all, check_front_door, check_hardening, check_network, check_ray_auth,
                                          check_serve_config,
                                          check_service_resilience, crd_schemas, load_docs, pod_specs, ray_versions,
                                          validate_doc)
@@ -198,7 +198,7 @@ def test_the_service_keeps_what_the_cluster_tests_showed():
 def test_every_serve_pod_has_haproxy_in_front_and_a_regression_is_caught():
     """The RayService's pods read the settings that `jeirt serve --ingress haproxy` gives a local
     Ray (HAProxy, the replica's code on the loop that writes its answers, the header buffer)."""
-    from jeirt_ray.serving.ingress import HAPROXY_ENV, ingress_env
+    from jeirt_ray.serving.deployment.ingress import HAPROXY_ENV, ingress_env
     docs = load_docs(ROOT / "k8s" / "configmap.yaml") + load_docs(ROOT / "k8s" / "ray-service.router.yaml")
     assert check_front_door(docs) == []
     assert HAPROXY_ENV.items() <= ingress_env("haproxy").items()

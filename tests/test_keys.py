@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from jeirt_ray.cli import app as cli
 from jeirt_ray.core.secrets import RedactingFilter, redact
-from jeirt_ray.serving.access import Access, Denied
-from jeirt_ray.serving.keys import ADMIN_TOKEN_KEY, KeyStore
+from jeirt_ray.serving.access.guard import Access, Denied
+from jeirt_ray.serving.access.keys import ADMIN_TOKEN_KEY, KeyStore
 
 
 
@@ -28,6 +28,19 @@ def store(request, tmp_path):
         c.exec_driver_sql("DELETE FROM jeirt_key_usage")
         c.exec_driver_sql("DELETE FROM jeirt_api_keys")
     return s
+
+
+@pytest.mark.parametrize("db, message", [
+    ("keys.db", "is not a database URL: give sqlite:///"),  # a path for a URL
+    ("postgresql://me:SECRET@127.0.0.1:1/x", "cannot be used (OperationalError"),  # nothing listens
+    ("mysql://me:SECRET@127.0.0.1/x", "cannot be opened (ModuleNotFoundError"),  # no driver installed
+])
+def test_a_key_store_that_cannot_be_opened_is_one_line_without_its_password(tmp_path, monkeypatch, db, message):
+    monkeypatch.chdir(tmp_path)
+    run = CliRunner().invoke(cli, ["keys", "list", "--db", db])
+    assert run.exit_code == 1 and message in run.output and "Traceback" not in run.output, run.output
+    assert "SECRET" not in run.output and len(run.output.strip().splitlines()) == 1
+    assert not (tmp_path / "keys.db").exists()  # nothing made where a path was taken for a URL
 
 
 def test_keys_are_created_listed_revoked_and_stored_only_as_hashes(store):
@@ -211,7 +224,7 @@ def test_every_route_of_the_schema_is_closed_without_a_key_under_any_route_prefi
     from starlette.testclient import TestClient
     from starlette.websockets import WebSocketDisconnect
 
-    from jeirt_ray.serving.access import route_scopes
+    from jeirt_ray.serving.access.guard import route_scopes
     from jeirt_ray.serving.app import api
     saved = getattr(api.state, "access", None)
     api.state.access = Access("required", KeyStore(f"sqlite:///{tmp_path / 'keys.db'}"), token=None)
@@ -238,7 +251,7 @@ def test_every_route_of_the_schema_is_closed_without_a_key_under_any_route_prefi
 def test_a_route_that_declares_no_scope_stops_the_service():
     from fastapi import FastAPI
 
-    from jeirt_ray.serving.access import Unscoped, route_scopes, scoped
+    from jeirt_ray.serving.access.guard import Unscoped, route_scopes, scoped
     app = FastAPI()
     app.get("/fine", **scoped("route"))(lambda: 1)
     app.get("/forgotten")(lambda: 2)
@@ -323,7 +336,7 @@ def test_open_mode_only_on_loopback_and_auth_required_overrides_any_config(tmp_p
 
     import yaml
 
-    from jeirt_ray.serving.deploy import load_config
+    from jeirt_ray.serving.deployment.deploy import load_config
     root = Path(__file__).resolve().parents[1] / "deployments"
     assert load_config(root / "local.yaml").applications[0].args["auth"] == "open"
     assert load_config(root / "local.yaml", auth="required").applications[0].args["auth"] == "required"

@@ -8,28 +8,46 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_imports_only_run_down_the_layers():
+def _lint(root: Path) -> subprocess.CompletedProcess:
     lint = Path(sys.executable).with_name("lint-imports")
-    out = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run([str(lint), "--no-cache"], cwd=root, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+
+
+def test_imports_only_run_down_the_layers():
+    out = _lint(ROOT)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "1 kept, 0 broken" in out.stdout
+    assert "2 kept, 0 broken" in out.stdout
 
 
-def test_the_layer_check_fails_on_an_import_that_runs_up(tmp_path):
-    """The same contract over a copy of the package with one import up a layer (the routing
-    layer importing the experiments layer, as it once did): the check must fail on it."""
+def _copy_with(tmp_path: Path, module: str, code: str) -> Path:
+    """A copy of the package and its contracts with `code` added at the end of `module`."""
     import shutil
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "jeirt_ray", copy / "jeirt_ray", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    policies = copy / "jeirt_ray" / "routing" / "policies.py"
-    policies.write_text(policies.read_text() + "\n\ndef _up():\n    from ..experiments.methods import train_space\n"
-                        "    return train_space\n")
-    lint = Path(sys.executable).with_name("lint-imports")
-    out = subprocess.run([str(lint), "--no-cache"], cwd=copy, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
+    path = copy / module
+    path.write_text(path.read_text() + code)
+    return copy
+
+
+def test_the_layer_check_fails_on_an_import_that_runs_up(tmp_path):
+    """The routing layer importing the experiments layer, as it once did, inside a function: the
+    check must fail on it."""
+    copy = _copy_with(tmp_path, "jeirt_ray/routing/policies.py",
+                      "\n\ndef _up():\n    from ..experiments.methods import train_space\n    return train_space\n")
+    out = _lint(copy)
     assert out.returncode != 0
     assert "jeirt_ray.routing.policies -> jeirt_ray.experiments.methods" in out.stdout
+
+
+def test_the_serving_concerns_check_fails_when_one_imports_another(tmp_path):
+    """The key guard importing the relay: serving's folders are kept apart, so the check fails."""
+    copy = _copy_with(tmp_path, "jeirt_ray/serving/access/guard.py",
+                      "\n\ndef _across():\n    from ..relay.gateway import Gateway\n    return Gateway\n")
+    out = _lint(copy)
+    assert out.returncode != 0
+    assert "jeirt_ray.serving.access.guard -> jeirt_ray.serving.relay.gateway" in out.stdout
 
 
 def _cycles(package: str) -> tuple[int, list[tuple[str, str]]]:

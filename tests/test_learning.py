@@ -466,7 +466,7 @@ def test_the_served_router_explores_with_any_policy_and_logs_each_choices_probab
         for k in np.unique(chosen):
             assert abs((chosen == k).mean() - prop[chosen == k].mean()) < 0.05, (policy, names[k])
     # the caller's key pays an explored answer at most at the policy's own choice's price
-    from jeirt_ray.serving.gateway import answer_cost, key_charge
+    from jeirt_ray.serving.relay.gateway import answer_cost, key_charge
     dear = next(d for d in out if d["explored"] and router.usd_per_call[names.index(d["chosen"])]
                 > router.usd_per_call[names.index(d["policy_choice"])])
     routing = {"chosen": dear["chosen"]}

@@ -201,7 +201,7 @@ def test_the_frontier_benchmark_on_a_partial_price_table(tmp_path):
 
 
 def test_the_gateway_prices_an_answer_by_its_usage(space, data):
-    from jeirt_ray.serving.gateway import answer_cost, routing_headers, routing_of
+    from jeirt_ray.serving.relay.gateway import answer_cost, routing_headers, routing_of
     router = space.router()
     llm = data.models[0]
     i = router.index[llm]

@@ -100,7 +100,7 @@ def test_an_exploration_cap_without_prices_is_refused(registry):
 
 @pytest.fixture(scope="module")
 def service(registry, tmp_path_factory):
-    from jeirt_ray.serving.deploy import deploy, load_config
+    from jeirt_ray.serving.deployment.deploy import deploy, load_config
     raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())
     app = raw["applications"][0]
     app["args"]["encoder"] = "hashing"
@@ -642,7 +642,7 @@ def test_a_replica_no_node_can_take_is_named_with_its_needs_and_the_nodes_free(s
     30 s), and ends with it at its timeout; the service itself is left as it was."""
     from ray import serve
 
-    from jeirt_ray.serving.deploy import deploy
+    from jeirt_ray.serving.deployment.deploy import deploy
     config = SERVED["config"]
     big = config.applications[0].model_copy(deep=True)
     big.name, big.route_prefix = "unplaceable", "/unplaceable"

@@ -19,7 +19,7 @@ from jeirt_ray.experiments.methods import train_space
 from jeirt_ray.experiments.prepare import prepare
 from jeirt_ray.feedback import FeedbackStore
 from jeirt_ray.model.train import TrainConfig
-from jeirt_ray.serving.keys import SCOPES, KeyStore
+from jeirt_ray.serving.access.keys import SCOPES, KeyStore
 
 from .conftest import serving, wait_for
 from .upstream import Upstreams

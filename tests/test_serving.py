@@ -204,8 +204,8 @@ def test_onboarding_a_held_out_llm(prep):
 def test_a_replica_that_no_node_can_take_is_explained_in_one_line():
     """The issue's case: 1-CPU nodes, one holding a Router (at most one per node), the other
     0.75 CPU free because a smaller deployment took the rest."""
-    from jeirt_ray.serving.deploy import load_config
-    from jeirt_ray.serving.placement import Node, needs_of, per_node_limit, stuck
+    from jeirt_ray.serving.deployment.deploy import load_config
+    from jeirt_ray.serving.deployment.placement import Node, needs_of, per_node_limit, stuck
     head = Node("10.0.0.1", {"CPU": 0.0}, {"CPU": 1.0}, replicas=1)
     worker = Node("10.0.0.2", {"CPU": 0.75}, {"CPU": 1.0})
     line = stuck("Router", {"CPU": 1.0}, 1, [head, worker])
@@ -223,8 +223,8 @@ def test_a_replica_that_no_node_can_take_is_explained_in_one_line():
 def test_the_onboarder_reserves_no_cpu_so_it_cannot_strand_a_router():
     """A Router wants a whole CPU on a node of its own; a deployment that reserves any part of a
     small node's CPU can leave it nowhere to go (the issue: 0.25 CPU on a 1-CPU worker)."""
-    from jeirt_ray.serving.deploy import load_config
-    from jeirt_ray.serving.placement import needs_of
+    from jeirt_ray.serving.deployment.deploy import load_config
+    from jeirt_ray.serving.deployment.placement import needs_of
     for name in ("local.yaml", "production.yaml"):
         config = load_config(Path(__file__).parents[1] / "deployments" / name)
         onboarder = next(d for d in config.applications[0].deployments if d.name == "Onboarder")

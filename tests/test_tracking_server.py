@@ -70,7 +70,7 @@ def test_train_register_list_load_and_two_registrations_at_once(trained):
 def service(trained):
     """deployments/local.yaml serving models:/prod-path@champion from the tracking server, two
     Router replicas, refresh 1 s."""
-    from jeirt_ray.serving.deploy import deploy, load_config
+    from jeirt_ray.serving.deployment.deploy import deploy, load_config
 
     def edit(app):
         router = next(d for d in app["deployments"] if d["name"] == "Router")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.secrets import redact
-from ..serving.openai_http import AnswerTooLarge, bearer, chat_url, read_capped, retryable
+from ..serving.relay.openai_http import AnswerTooLarge, bearer, chat_url, read_capped, retryable
 
 INSTRUCTIONS = {
     "letter": 'The following is a multiple choice question. Think step by step and then finish your answer '

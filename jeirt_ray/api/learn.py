@@ -31,10 +31,9 @@ import time
 import numpy as np
 
 from ..core.intervals import mean_ci
-from ..feedback.applied import LOOP_DEFAULTS
 from ..feedback import shards
 from ..feedback.store import FeedbackStore, check_sources
-from ..learning import OnlineState, evaluate_policy, one_hot
+from ..learning import LOOP_DEFAULTS, OnlineState, evaluate_policy, one_hot
 from ..learning.offpolicy import decision_values
 from ..tracking.registry import SpaceRegistry
 

@@ -25,7 +25,7 @@ def _store(db: str | None):
     """The key store; a database that cannot be reached is one line (its URL without credentials)."""
     import sqlalchemy
 
-    from ..serving.keys import KeyStore
+    from ..serving.access.keys import KeyStore
     with expected_failures(prefix="keys: "):
         store = KeyStore(db)
         try:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..core.secrets import redact
 from ..routing.decisions import DEFAULT_TOP_K, POLICIES as POLICY_NAMES
-from ..serving.ingress import DEFAULT_INGRESS
+from ..serving.deployment.ingress import DEFAULT_INGRESS
 from .output import console, expected_failures
 
 
@@ -25,7 +25,7 @@ def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. depl
                                           "proxy (Serve's Python proxy) or haproxy (HAProxy straight to the Router "
                                           "replicas: one hop less per request; see docs/guide/serving.md)")):
     """Start the routing and onboarding service described by a Serve config; Ctrl-C stops it."""
-    from ..serving.deploy import serve_forever
+    from ..serving.deployment.deploy import serve_forever
     with expected_failures(prefix="cannot serve: "):
         serve_forever(config, model, port, announce=console.print, auth=auth, ingress=ingress)
 
@@ -110,7 +110,7 @@ def k8s_check(crds: Path = typer.Option(Path("../shared/kuberay-crds"), help="fo
                                                                             "(ray.io_*.yaml, KubeRay v1.7.0)"),
               root: Path = typer.Option(Path("."), help="the repository root")):
     """Validate k8s/ and deployments/ offline: Kubernetes and KubeRay schemas, Serve configs, Ray versions."""
-    from ..serving.manifests import check_all
+    from ..serving.deployment.manifests import check_all
     with expected_failures():
         report = check_all(root, crds)
     for place, errors in report.items():

@@ -1,10 +1,49 @@
-"""SQL tables made by whichever process (or thread) gets there first."""
+"""What the SQL stores (API keys, feedback) share: how a database URL is opened, with one
+error shape that never shows its password, and tables made by whichever process (or thread)
+gets there first."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import sqlalchemy as sa
+
+from .secrets import redact
+
+
+class StoreUnavailable(OSError):
+    """A database that cannot be opened or reached (one line, never its password)."""
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None for any other database, or SQLite in memory)."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return Path(url[len("sqlite:///"):])
+    return None
+
+
+def open_engine(url: str, what: str, **engine_args) -> sa.Engine:
+    """The engine of the database at `url`, called `what` in errors ("the key store"); a SQLite
+    file's folder is made. A path given for a URL, a malformed URL, a missing driver or an
+    unreachable server is StoreUnavailable in one line, without the URL's password."""
+    if "://" not in url:
+        raise StoreUnavailable(f"{url!r} is not a database URL: give sqlite:///{Path(url).absolute()} for a "
+                               f"SQLite file, or postgresql+psycopg://USER@HOST/DB")
+    file = sqlite_file(url)
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return sa.create_engine(url, **engine_args)
+    except Exception as e:
+        raise unavailable(e, what, url) from None
+
+
+def unavailable(e: Exception, what: str, url: str) -> StoreUnavailable:
+    """`e`, met opening or first using the database at `url`, as one line without its password."""
+    why = redact(str(getattr(e, "orig", None) or e)).strip().splitlines()
+    return StoreUnavailable(f"{what} {redact(url)} cannot be opened ({type(e).__name__}: "
+                            f"{why[0][:300] if why else ''})")
 
 
 def create_tables(meta: sa.MetaData, engine: sa.Engine, tries: int = 5) -> None:

@@ -18,13 +18,10 @@ import threading
 
 import numpy as np
 
-from ..learning.online import OnlineState, Outcomes, member_logits, posterior_draws
+from ..learning.online import LOOP_DEFAULTS, OnlineState, Outcomes, member_logits, posterior_draws
 from .store import FeedbackStore
 
 log = logging.getLogger("jeirt.learning")
-# chosen on validation categories for this loop, which does not explore (benchmarks/feedback_loop.py,
-# docs/results/learning.md); the exploring learner (learning.explore.DEFAULTS) chose its own
-LOOP_DEFAULTS = {"prior_var": 0.03, "residual_var": 0.0, "evidence": 0.0}
 
 
 def outcomes_of(rows: list[dict], index: dict[str, int]) -> Outcomes:

@@ -1,4 +1,4 @@
-"""`jeirt shadow`: the challenger that routed a share of the traffic in shadow (serving/shadow.py)
+"""`jeirt shadow`: the challenger that routed a share of the traffic in shadow (serving/loop/shadow.py)
 compared with the served space on the decisions that were graded.
 
 Each graded decision that the shadow also routed gives the served space's reward (the grade of

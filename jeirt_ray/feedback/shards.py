@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..learning import OnlineState, Outcomes
-from .applied import LOOP_DEFAULTS, outcomes_of
+from ..learning import LOOP_DEFAULTS, OnlineState, Outcomes
+from .applied import outcomes_of
 from .log import in_share
 from .store import FeedbackStore
 

@@ -14,15 +14,13 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import sqlalchemy as sa
 
 from ..core import paths
 from ..core.choices import chosen
-from ..core.secrets import redact
-from ..core.sql import add_new_columns, create_tables
+from ..core.sql import StoreUnavailable, add_new_columns, create_tables, open_engine, sqlite_file, unavailable
 from ..routing import router
 
 FEEDBACK_URL_ENV = "JEIRT_FEEDBACK_URL"
@@ -79,33 +77,22 @@ class Grade:
         check_weight(self.weight)
 
 
-class StoreUnavailable(OSError):
-    """The feedback database cannot be opened or reached (one line, never its password)."""
-
-
 class FeedbackStore:
     def __init__(self, url: str | None = None, create: bool = True):
         """The store at `url` (a SQLAlchemy URL; default JEIRT_FEEDBACK_URL, else SQLite in
         $JEIRT_HOME). `create` False: a reader's, which never creates a database (StoreUnavailable
         where the SQLite file is not there)."""
         url = url or default_url()
-        if "://" not in url:
-            raise StoreUnavailable(f"{url!r} is not a database URL: give sqlite:///{Path(url).absolute()} for a "
-                                   f"SQLite file, or postgresql+psycopg://USER@HOST/DB")
-        if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-            file = Path(url[len("sqlite:///"):])
-            if not create and not file.is_file():
-                raise StoreUnavailable(f"no feedback database at {file}: nothing has been graded there (check --db "
-                                       f"or JEIRT_FEEDBACK_URL)")
-            file.parent.mkdir(parents=True, exist_ok=True)
+        file = sqlite_file(url)
+        if not create and file is not None and not file.is_file():
+            raise StoreUnavailable(f"no feedback database at {file}: nothing has been graded there (check --db "
+                                   f"or JEIRT_FEEDBACK_URL)")
+        self.engine = open_engine(url, "the feedback database", pool_pre_ping=True)
         try:
-            self.engine = sa.create_engine(url, pool_pre_ping=True)
             create_tables(_meta, self.engine)
             add_new_columns(_feedback, self.engine)  # propensity and weight came later
-        except Exception as e:  # the URL may hold a password: never show it
-            why = redact(str(getattr(e, "orig", None) or e)).strip().splitlines()
-            raise StoreUnavailable(f"the feedback database {redact(url)} cannot be opened ({type(e).__name__}: "
-                                   f"{why[0][:300] if why else ''})") from None
+        except Exception as e:
+            raise unavailable(e, "the feedback database", url) from None
         self._lock = threading.Lock()  # SQLite: one writer at a time in this process
         # SQLite commits one writer at a time, in seq order; elsewhere a row may commit after one
         # numbered after it, so readers leave the last SETTLE_S seconds for the next read

@@ -5,6 +5,6 @@ layers; below experiments, serving and the API."""
 
 from .explore import Decision, Explorer, Pacer, PolicyExploration
 from .offpolicy import evaluate_policy, one_hot
-from .online import OnlineState, Outcomes
+from .online import LOOP_DEFAULTS, OnlineState, Outcomes
 
-__all__ = ["Decision", "Explorer", "OnlineState", "Outcomes", "Pacer", "PolicyExploration", "evaluate_policy", "one_hot"]
+__all__ = ["LOOP_DEFAULTS", "Decision", "Explorer", "OnlineState", "Outcomes", "Pacer", "PolicyExploration", "evaluate_policy", "one_hot"]

@@ -26,6 +26,10 @@ from ..model.onboarding import directions
 from ..model.space import CoreSpace
 
 STATE_FILE = "online.safetensors"
+# the learning loop's defaults (graded traffic, no exploration), chosen on validation categories
+# (benchmarks/feedback_loop.py, docs/results/learning.md); the exploring learner chose its own
+# (learning.explore.DEFAULTS)
+LOOP_DEFAULTS = {"prior_var": 0.03, "residual_var": 0.0, "evidence": 0.0}
 
 
 @dataclass
@@ -62,7 +66,8 @@ class OnlineState:
     """Per member m and LLM k: the posterior mean theta[m][k] (d [+ D with a residual]) and its
     covariance cov[m][k]."""
 
-    def __init__(self, space: CoreSpace, prior_var: float = 0.05, evidence: float = 0.0, residual_var: float = 0.0,
+    def __init__(self, space: CoreSpace, prior_var: float = LOOP_DEFAULTS["prior_var"],
+                 evidence: float = LOOP_DEFAULTS["evidence"], residual_var: float = LOOP_DEFAULTS["residual_var"],
                  sample: int = 2000):
         """`prior_var`: how far outcomes may move a vector in any direction; `evidence`: the share
         of the training questions' information (p(1-p) u u' per LLM, from the space's stored

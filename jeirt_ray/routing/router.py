@@ -94,7 +94,7 @@ class SpaceRouter:
             fields = {k: chosen[k] for k in Policy.model_fields if k in chosen}
             self.tuned = (Policy(**fields), SignalBuilder.from_arrays(space.routing, chosen["benchmarks"]))
         self.stacked = StackedJEIRT.of(space)  # the space's forward in NumPy, where it has one
-        self.learned = None  # x -> P(correct) learned from feedback (serving/learned.py), else the space's
+        self.learned = None  # x -> P(correct) learned from feedback (serving/loop/learned.py), else the space's
         # on a share of queries, the policy applied to a posterior draw (learning.explore.PolicyExploration)
         self.exploration = None
         self._budget_weights: OrderedDict[float, float] = OrderedDict()  # an LRU of BUDGET_CACHE

@@ -2,7 +2,7 @@
 `build_app`, which binds it to the replicas behind it (replicas.py).
 
     Router    the HTTP API: /v1/route, /v1/chat/completions (its flow: chat.py), /v1/feedback
-              (the decision log and feedback: recording.py), /v1/onboard, /v1/models, /health and
+              (the decision log and feedback: loop/recording.py), /v1/onboard, /v1/models, /health and
               the web explorer, over a LiveSpace (live.py: models:/<model>@<alias>, watched)
     Encoder   the frozen text encoder (replicas.py)
     Onboarder an OnboardingService (onboarding.py) one request at a time (replicas.py)
@@ -12,7 +12,7 @@ a few milliseconds, and on the reference machine every extra handle hop cost abo
 fifth of a query's latency (docs, "Serving"). `build_app(args)` is the import path of the
 Serve configs in deployments/ (the only place that sets replicas, autoscaling, resources and
 user_config); args and user_config are typed (settings.py). Errors, limits: http.py; API keys:
-access.py and keys.py. Serve serializes the deployment classes where they are defined, so what
+access/. Serve serializes the deployment classes where they are defined, so what
 their methods call lives in other modules or above them in this one.
 """
 
@@ -34,19 +34,19 @@ from ..core.secrets import redact
 from ..encoders import make_encoder
 from ..routing.decisions import PolicyName
 from ..routing.router import RequestError
-from .access import ACCESS_SECONDS, ANY_KEY, KEY_SCOPE, PUBLIC, Access, route_scopes, scoped, secure_openapi
+from .access.guard import ACCESS_SECONDS, ANY_KEY, KEY_SCOPE, PUBLIC, Access, route_scopes, scoped, secure_openapi
 from .chat import ChatFlow
-from .deploy import check_open_host, serve_listens_on
-from .gateway import ChatControl, Conversations, Gateway
+from .deployment.deploy import check_open_host, serve_listens_on
+from .relay.gateway import ChatControl, Conversations, Gateway
 from .http import ERRORS, TOKEN_ENV, make_api, server_timing
-from .keys import ADMIN_TOKEN_KEY, KeyStore
+from .access.keys import ADMIN_TOKEN_KEY, KeyStore
 from .live import LiveSpace, RegistryUnreachable
 from .metrics import make_metrics
 from .offload import Offload
 from .onboarding import OnboarderBusy
-from .learned import ReplicaLearning
-from .recording import Recorder
-from .shadow import ShadowRouting
+from .loop.learned import ReplicaLearning
+from .loop.recording import Recorder
+from .loop.shadow import ShadowRouting
 from .replicas import Encoder, Onboarder, ThreadedEncoder
 from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, FeedbackRequest, FeedbackResponse, HealthResponse, KeyResponse, LLMsResponse, MapResponse,
                       ModelsResponse, OnboardRequest, OnboardResponse, PlanRequest, PlanResponse, RouteRequest,
@@ -55,7 +55,7 @@ from .settings import AppArgs, DecisionsConfig, RouterConfig
 from ..zoo.catalog import DEFAULT_PAGE, MAX_PAGE, NoCandidates, model_cards
 from ..zoo.similar import similar
 
-STATIC = Path(__file__).with_name("static")
+STATIC = Path(__file__).parent / "explorer" / "static"
 log = logging.getLogger("jeirt.serve")
 
 
@@ -94,13 +94,13 @@ class Router:
         self.inline = ThreadedEncoder(encoder, encoder_threads, tracking_uri) if isinstance(encoder, str) else None
         self.live = LiveSpace(model, encoder_id, tracking_uri)
         self.route_offload = Offload()  # where the route step runs: in a thread unless it is known cheap
-        route_scopes(api)  # a route that declares no scope stops the replica here (access.py)
+        route_scopes(api)  # a route that declares no scope stops the replica here (access/guard.py)
         if auth == "open":  # checked where Serve really listens, however it was started
             host = serve_listens_on()
             if host is not None:
                 check_open_host(host, "the Router")
         self.access = Access(auth, KeyStore(keys_url), os.environ.get(TOKEN_ENV))
-        api.state.access = self.access  # read by the Guard middleware (access.py), before any body is read
+        api.state.access = self.access  # read by the Guard middleware (access/guard.py), before any body is read
         secure_openapi(api, auth)
         self.explored: dict = {}  # (space label, "map" | "llms") -> the explorer's JSON for that version
         self.metrics = make_metrics()
@@ -364,7 +364,7 @@ class Router:
     # ---- the web explorer ----------------------------------------------------------------------
     def _explore(self, what: str) -> tuple[str, dict]:
         """The explorer's JSON for the serving version, computed once per version."""
-        from .explorer import llm_table, space_map
+        from .explorer.views import llm_table, space_map
         core = self.live.current()
         key = (core.label, what)
         if key not in self.explored:

@@ -1,16 +1,16 @@
 """/v1/chat/completions once its request is read and its controls merged: route the
-conversation, call the upstreams in the policy's order (gateway.py), answer whole or streamed,
+conversation, call the upstreams in the policy's order (relay/gateway.py), answer whole or streamed,
 and charge the calling key what the answer cost (its usage x prices; a stream's usage is asked of
 its upstream, an answer's taken from its `usage`, else counted here and marked estimated; the
 charge and the record survive a client that leaves, before the answer or after it).
-Its decision is logged once the answer is complete (recording.py)."""
+Its decision is logged once the answer is complete (loop/recording.py)."""
 
 import asyncio
 import time
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from .gateway import (AllFailed, ChatControl, Conversations, Gateway, answer_cost, answer_tokens, ask_for_usage,
+from .relay.gateway import (AllFailed, ChatControl, Conversations, Gateway, answer_cost, answer_tokens, ask_for_usage,
                       decision_only, estimated_usage, key_charge, reachable_candidates, relay, routing_headers,
                       routing_of)
 from .errors import error

@@ -1,5 +1,5 @@
 """The HTTP layer around the routes: one error shape (`ErrorBody`) for every failure, request
-body limits, gzip for large answers, and the access guard (access.py). No routing or registry logic."""
+body limits, gzip for large answers, and the access guard (access/guard.py). No routing or registry logic."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .access import Guard, secure_openapi
+from .access.guard import Guard, secure_openapi
 from .errors import error
 from .schemas import MAX_BODY_BYTES, MAX_ONBOARD_BODY_BYTES, ErrorBody
 

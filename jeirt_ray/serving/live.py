@@ -73,7 +73,7 @@ class LiveSpace:
         self.registry_reachable = True
         self.lock = threading.Lock()
         self.stopped = threading.Event()
-        self.on_serve: list = []  # called with each new SpaceRouter before it serves (serving/learned.py)
+        self.on_serve: list = []  # called with each new SpaceRouter before it serves (serving/loop/learned.py)
 
     @property
     def uri(self) -> str:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..core.renamed import renamed_fields
 from ..encoders import DEFAULT_ENCODER
-from ..feedback.applied import LOOP_DEFAULTS
+from ..learning.online import LOOP_DEFAULTS
 from ..routing.decisions import PolicyName
 
 
@@ -111,7 +111,7 @@ class DecisionsConfig(BaseModel):
 
 
 class LearningConfig(BaseModel):
-    """Learning from the feedback on this service's decisions (serving/learned.py)."""
+    """Learning from the feedback on this service's decisions (serving/loop/learned.py)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     enabled: bool = Field(False, description="apply the feedback store's grades to the LLMs' vectors; every policy "
@@ -140,7 +140,7 @@ class LearningConfig(BaseModel):
 
 class ShadowConfig(BaseModel):
     """A challenger routing a share of the requests beside the served space, never acted on
-    (serving/shadow.py): its decisions logged for `jeirt shadow` to compare on the graded traffic."""
+    (serving/loop/shadow.py): its decisions logged for `jeirt shadow` to compare on the graded traffic."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     alias: str = Field("challenger", min_length=1, description="the registry alias of the shadow space")

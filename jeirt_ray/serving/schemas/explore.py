@@ -1,4 +1,4 @@
-"""The web explorer's map (serving/explorer.py computes it)."""
+"""The web explorer's map (serving/explorer/views.py computes it)."""
 
 from __future__ import annotations
 

@@ -26,11 +26,11 @@ from functools import cached_property
 
 import sqlalchemy as sa
 
-from ..core import paths
-from ..core.choices import chosen
-from ..core.secrets import redact
-from ..core.sql import add_new_columns, create_tables
-from ..feedback.store import SOURCES, check_sources, check_weight
+from ...core import paths
+from ...core.choices import chosen
+from ...core.secrets import redact
+from ...core.sql import add_new_columns, create_tables, open_engine
+from ...feedback.store import SOURCES, check_sources, check_weight
 
 SCOPES = ("route", "chat", "feedback", "onboard", "explore", "admin")
 KEYS_URL_ENV = "JEIRT_KEYS_URL"
@@ -152,13 +152,7 @@ class KeyStore:
 
     def __init__(self, url: str | None = None):
         self.url = url or default_url()
-        if self.url.startswith("sqlite:///"):
-            from pathlib import Path
-            Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.engine = sa.create_engine(self.url, pool_pre_ping=not self.url.startswith("sqlite"))
-        except Exception as e:  # a malformed URL or a missing driver, named without its credentials
-            raise ValueError(f"cannot open the key store {redact(self.url)}: {redact(str(e))}") from None
+        self.engine = open_engine(self.url, "the key store", pool_pre_ping=not self.url.startswith("sqlite"))
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
             sa.event.listen(self.engine, "begin", _sqlite_begin)

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from .errors import error
+from ..errors import error
 from .keys import ADMIN_TOKEN_KEY, PREFIX, Admission, Key, KeyStore, digest
 
 log = logging.getLogger("jeirt.serve")
@@ -82,7 +82,7 @@ def route_scopes(app) -> list[ScopedRoute]:
             scope = PUBLIC
         if scope is None or hasattr(route, "routes"):
             raise Unscoped(f"route {path or route!r} declares no scope: add **scoped('<scope>') to its decorator "
-                           f"(access.py)")
+                           f"(access/guard.py)")
         methods = getattr(route, "methods", None)
         table.append(ScopedRoute(path, compile_path(path)[0], frozenset(methods) if methods else None, scope))
     return table

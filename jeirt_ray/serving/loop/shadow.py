@@ -13,10 +13,10 @@ import dataclasses
 import random
 import threading
 
-from ..core.secrets import redact
-from ..feedback.log import DecisionLog, shadow_root
-from ..routing.router import RequestError
-from .live import LiveSpace, RegistryUnreachable, SpaceSource
+from ...core.secrets import redact
+from ...feedback.log import DecisionLog, shadow_root
+from ...routing.router import RequestError
+from ..live import LiveSpace, RegistryUnreachable, SpaceSource
 
 
 MAX_PENDING = 64  # shadow routes in flight per replica; more sampled requests are skipped and counted

@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..feedback.grades import LOOKUP_COLUMNS, Forbidden, decision_age, grade_rows, late_wait_s
-from ..feedback.log import DecisionLog, new_id
-from ..feedback.store import Conflict, FeedbackStore
-from ..routing.router import NotFound
-from .settings import DecisionsConfig
+from ...feedback.grades import LOOKUP_COLUMNS, Forbidden, decision_age, grade_rows, late_wait_s
+from ...feedback.log import DecisionLog, new_id
+from ...feedback.store import Conflict, FeedbackStore
+from ...routing.router import NotFound
+from ..settings import DecisionsConfig
 
 
 FEEDBACK_THREADS = 2

@@ -56,7 +56,7 @@ def load_config(path: str | Path, model: str | None = None, port: int | None = N
         config = ServeDeploySchema.model_validate(raw)
     except Exception as e:
         raise ValueError(f"{path}: not a valid Serve config: {e}") from e
-    from .settings import check_application
+    from ..settings import check_application
     for app in config.applications:
         if app.import_path.startswith("jeirt_ray."):
             try:
@@ -83,8 +83,8 @@ def check_registry(config) -> None:
     have been trained on the encoder that the config serves, before anything deploys; a
     LookupError names the fix. Opening the registry here also creates a local MLflow store once,
     so replicas never race to create its tables."""
-    from ..encoders import make_encoder
-    from ..tracking.registry import SpaceRegistry
+    from ...encoders import make_encoder
+    from ...tracking.registry import SpaceRegistry
     for app in config.applications:
         args = app.args or {}
         if "model" not in args:
@@ -167,7 +167,7 @@ def serve_forever(path: str | Path, model: str | None = None, port: int | None =
     import signal
     import threading
 
-    from ..distributed import init_ray
+    from ...distributed import init_ray
     check_ingress(ingress)
     config = load_config(path, model, port, auth)
     check_port(config)

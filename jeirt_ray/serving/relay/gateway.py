@@ -22,9 +22,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from ..routing.router import Conflict, RequestError
+from ...routing.router import Conflict, RequestError
 from .openai_http import AnswerTooLarge, bearer, chat_url, read_capped, retryable
-from .settings import GatewayConfig, Upstream
+from ..settings import GatewayConfig, Upstream
 
 log = logging.getLogger("jeirt.serve")
 CONTROL_HEADERS = {"x-jeirt-policy": "policy", "x-jeirt-max-cost": "max_cost", "x-jeirt-candidates": "candidates",
@@ -131,7 +131,7 @@ class Gateway:
     event loop; `close` on shutdown)."""
 
     def __init__(self, metrics=None):
-        from .metrics import NoMetrics
+        from ..metrics import NoMetrics
         self.metrics = metrics or NoMetrics()
         self._client = None
         self.cooling: dict[str, float] = {}  # upstream URL -> until when it is tried last
@@ -358,7 +358,7 @@ class StreamMeter:
 def estimated_usage(prompt: str, answer: str) -> dict:
     """OpenAI's `usage` counted here (the bundled tokenizer) for an upstream that reported none,
     marked `estimated`."""
-    from ..routing.prices import token_counter
+    from ...routing.prices import token_counter
     tokens_in, tokens_out = (int(n) for n in token_counter().count([prompt, answer]))
     return {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out,
             "estimated": True}

@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..core.secrets import redact
-from ..feedback.applied import FeedbackLearner
-from ..feedback.store import FeedbackStore
-from ..learning import PolicyExploration
+from ...core.secrets import redact
+from ...feedback.applied import FeedbackLearner
+from ...feedback.store import FeedbackStore
+from ...learning import PolicyExploration
 
 log = logging.getLogger("jeirt.learning")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model.space import CoreSpace
+from ...model.space import CoreSpace
 
 
 def _directions(space: CoreSpace, chunk: int = 20_000) -> tuple[np.ndarray, np.ndarray]:

@@ -290,7 +290,7 @@ def check_serve_config(raw: dict) -> list[str]:
     from pydantic import ValidationError
     from ray.serve.config import AutoscalingConfig
     from ray.serve.schema import ServeDeploySchema
-    from .settings import check_application
+    from ..settings import check_application
     try:
         config = ServeDeploySchema.model_validate(raw)
         # typed Union[Dict, AutoscalingConfig] there, so any dict passes: check it as the config it is

@@ -1,0 +1,1 @@
+"""The web explorer: what it shows of a served space (views.py) and its page (static/)."""
