@@ -10,15 +10,20 @@ const SYMBOLS = ["circle", "square", "triangle-up", "cross", "x", "star"];
 const state = { models: null, map: null, llms: null };
 const $ = (id) => document.getElementById(id);
 
-// plotly.js (4.6 MB) loads after the page is usable: the Route form and the space's name do not
-// wait for it, only the charts do
-const plotly = new Promise((resolve, reject) => {
-  const s = document.createElement("script");
-  s.src = "/static/plotly.min.js";
-  s.onload = () => resolve(window.Plotly);
-  s.onerror = () => reject(new Error("plotly.js did not load"));
-  document.head.append(s);
-});
+// plotly.js (4.6 MB) loads when a chart is first drawn: parsing it holds the page's thread for a
+// second or two on a slow machine, so nothing that needs no chart (the space's name, the route
+// form, the LLM table, finding an LLM) waits for it
+let plotlyLoading = null;
+function plotly() {
+  plotlyLoading ??= new Promise((resolve, reject) => {
+    const s = document.createElement("script");
+    s.src = "/static/plotly.min.js";
+    s.onload = () => resolve(window.Plotly);
+    s.onerror = () => { plotlyLoading = null; reject(new Error("plotly.js did not load")); };
+    document.head.append(s);
+  });
+  return plotlyLoading;
+}
 
 // A service that requires keys answers 401: ask for one once (a key with the route and explore
 // scopes), keep it for this tab only, and send it with every request
@@ -122,7 +127,7 @@ function renderResult(r, i, query) {
   const hist = el("div", { class: "plot", id: `difficulty-${i}`, role: "img",
     "aria-label": `this question's difficulty ${r.difficulty.toFixed(2)} among the training questions'` });
   box.append(el("div", { class: "two" }, bars, hist));
-  plotly.then((Plotly) => {
+  plotly().then((Plotly) => {
     const s = [...shown].reverse();  // plotly draws the first row at the bottom
     const names = s.map((m) => (m.model === r.chosen ? `▶ ${m.model}` : m.model));
     const differs = s.some((m) => Math.abs(m.score - m.p_correct) > 1e-9);
@@ -172,7 +177,7 @@ function why(r) {
 async function drawDifficulty(node, value) {
   const map = await loadMap().catch(() => null);
   if (!map) return;
-  const Plotly = await plotly;
+  const Plotly = await plotly();
   const h = map.difficulty_histogram;
   const mids = h.counts.map((_, k) => (h.edges[k] + h.edges[k + 1]) / 2);
   Plotly.newPlot(node, [{ type: "bar", x: mids, y: h.counts, marker: { color: "#999" }, name: "training questions" }],
@@ -204,7 +209,7 @@ async function showMap() {
       marker: { size: 5, opacity: 0.7, color: COLOURS[k % COLOURS.length],
         symbol: SYMBOLS[Math.floor(k / COLOURS.length) % SYMBOLS.length] } };
   });
-  const Plotly = await plotly;
+  const Plotly = await plotly();
   // a zoo's thousands of LLMs: WebGL markers named on hover; a few dozen: SVG, named on the map
   const many = map.llms.name.length > 40;
   traces.push({ type: many ? "scattergl" : "scatter", mode: many ? "markers" : "markers+text", name: "LLMs",
@@ -233,9 +238,12 @@ async function pointDetail(map, pt) {
 }
 
 // ---- LLMs --------------------------------------------------------------------------------------
+let llmsAtLoad = null;  // asked for as the page loads; each later visit of the tab asks again
 async function showLLMs() {
   let t;
-  try { t = await getJSON("/v1/explore/llms"); } catch (e) { $("llms-note").textContent = e.message; return; }
+  const asked = llmsAtLoad ?? getJSON("/v1/explore/llms");
+  llmsAtLoad = null;
+  try { t = await asked; } catch (e) { $("llms-note").textContent = e.message; return; }
   state.llms = t;
   const n = t.onboarded.filter((x) => x).length;
   $("llms-note").textContent = `${t.llms.length} LLMs (${n} onboarded) on ${t.benchmarks.length} benchmarks, space ${t.space}.`;
@@ -262,7 +270,7 @@ async function showLLMs() {
     el("li", {}, `version ${v.version}${v.aliases.length ? " @" + v.aliases.join(", @") : ""}`)));
   if (t.versions === null) $("versions").append(el("li", {}, "the registry cannot be read right now"));
   const shown = top.slice(0, 50);
-  const Plotly = await plotly;
+  const Plotly = await plotly();
   Plotly.newPlot("heatmap", [{ type: "heatmap", z: shown.map((i) => t.accuracy[i]), x: t.benchmarks,
     y: shown.map((i) => t.llms[i] + (t.onboarded[i] ? " *" : "")), colorscale: "Cividis", zmin: 0, zmax: 1,
     colorbar: { title: { text: "predicted accuracy" } } }],
@@ -328,3 +336,5 @@ getJSON("/v1/models").then((m) => {
   }
 }).catch((e) => { $("space").textContent = e.message; });
 loadMap().catch(() => {});  // warm: the difficulty chart and the map come from it
+llmsAtLoad = getJSON("/v1/explore/llms");
+llmsAtLoad.catch(() => {});  // its error is shown when the tab is
