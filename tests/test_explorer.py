@@ -172,3 +172,18 @@ def test_a_zoo_of_5049_llms_loads_and_finds_an_llm_and_its_twins(page, service, 
     assert len(near) == 10 and len(family) >= 9, near
     page.screenshot(path=str(ARTIFACTS / "explorer-zoo.png"), full_page=True)
     print(f"\n[explorer] {ZOO} LLMs: page to an LLM found and its twins listed in {elapsed:.2f} s")
+
+
+
+def test_plotly_is_served_compressed_and_whole(service):
+    """plotly.js (4.6 MB) goes gzipped to a client that takes gzip (compressed once per replica)
+    and decodes to the file the plotly package ships; a client that takes no gzip gets the file."""
+    import importlib.resources
+    shipped = (importlib.resources.files("plotly") / "package_data" / "plotly.min.js").read_bytes()
+    with httpx.Client(timeout=60) as client:
+        for _ in range(2):  # the second from the replica's cache
+            zipped = client.get(f"{service}/static/plotly.min.js", headers={"accept-encoding": "gzip"})
+            assert zipped.headers["content-encoding"] == "gzip" and zipped.headers["vary"] == "Accept-Encoding"
+            assert zipped.num_bytes_downloaded < len(shipped) / 2 and zipped.content == shipped  # httpx decodes
+        plain = client.get(f"{service}/static/plotly.min.js", headers={"accept-encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.content == shipped

@@ -16,6 +16,7 @@ from .schemas import MAX_BODY_BYTES, MAX_ONBOARD_BODY_BYTES, ErrorBody
 
 log = logging.getLogger("jeirt.serve")
 TOKEN_ENV = "JEIRT_API_TOKEN"
+GZIP_FROM = 64 * 1024  # answers larger than this are gzipped for clients that accept it
 ERRORS = {code: {"model": ErrorBody, "description": text} for code, text in {
     400: "the body cannot be read (not UTF-8 JSON)", 404: "a name in the request is not in the space",
     409: "the request needs something the service has not configured, a parameter that its policy calls for, "
@@ -92,7 +93,7 @@ def make_api() -> FastAPI:
     api.add_exception_handler(Exception, _fault)
     api.add_middleware(BodyLimit, limits={"/v1/onboard": MAX_ONBOARD_BODY_BYTES, "/v1/onboard/plan": MAX_ONBOARD_BODY_BYTES}, default=MAX_BODY_BYTES)
     # the explorer's plotly.js (4.6 MB) and map (1.5 MB on mmlu_pro) shrink 3-4x; small answers stay as they are
-    api.add_middleware(GZipMiddleware, minimum_size=64 * 1024, compresslevel=5)
+    api.add_middleware(GZipMiddleware, minimum_size=GZIP_FROM, compresslevel=5)
     api.add_middleware(Guard)  # added last, so it runs first: keys are checked before a body is read
     secure_openapi(api, "required")  # a Router replica sets its own mode
     return api

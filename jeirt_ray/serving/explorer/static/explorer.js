@@ -10,19 +10,29 @@ const SYMBOLS = ["circle", "square", "triangle-up", "cross", "x", "star"];
 const state = { models: null, map: null, llms: null };
 const $ = (id) => document.getElementById(id);
 
-// plotly.js (4.6 MB) loads when a chart is first drawn: parsing it holds the page's thread for a
-// second or two on a slow machine, so nothing that needs no chart (the space's name, the route
-// form, the LLM table, finding an LLM) waits for it
+// plotly.js (4.6 MB) loads when a chart is first drawn: running it holds the page's thread for a
+// second or two on a slow machine, and fetching it costs the service, so nothing that needs no
+// chart (the space's name, the route form, the LLM table, finding an LLM) waits for it. (Fetched
+// as the page loads, it made finding an LLM among 5,049 twice as slow: benchmarks/zoo.py.)
+const PLOTLY = "/static/plotly.min.js";
 let plotlyLoading = null;
 function plotly() {
   plotlyLoading ??= new Promise((resolve, reject) => {
     const s = document.createElement("script");
-    s.src = "/static/plotly.min.js";
+    s.src = PLOTLY;
     s.onload = () => resolve(window.Plotly);
     s.onerror = () => { plotlyLoading = null; reject(new Error("plotly.js did not load")); };
     document.head.append(s);
   });
   return plotlyLoading;
+}
+
+// a chart below the fold is drawn when it scrolls into view
+function whenVisible(node, draw) {
+  const seen = new IntersectionObserver((entries) => {
+    if (entries.some((e) => e.isIntersecting)) { seen.disconnect(); draw(); }
+  });
+  seen.observe(node);
 }
 
 // A service that requires keys answers 401: ask for one once (a key with the route and explore
@@ -270,6 +280,10 @@ async function showLLMs() {
     el("li", {}, `version ${v.version}${v.aliases.length ? " @" + v.aliases.join(", @") : ""}`)));
   if (t.versions === null) $("versions").append(el("li", {}, "the registry cannot be read right now"));
   const shown = top.slice(0, 50);
+  whenVisible($("heatmap"), () => drawHeatmap(t, shown));
+}
+
+async function drawHeatmap(t, shown) {
   const Plotly = await plotly();
   Plotly.newPlot("heatmap", [{ type: "heatmap", z: shown.map((i) => t.accuracy[i]), x: t.benchmarks,
     y: shown.map((i) => t.llms[i] + (t.onboarded[i] ? " *" : "")), colorscale: "Cividis", zmin: 0, zmax: 1,
