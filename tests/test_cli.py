@@ -143,19 +143,24 @@ def test_first_contact_without_a_registered_space(tmp_path, monkeypatch):
 
 def test_serve_ingress_is_checked_before_ray_starts(monkeypatch):
     """`jeirt serve --ingress`: an unknown one, a cluster to join (which takes HAProxy from its own
-    environment) and HAProxy's stats port in use are each one line naming the fix."""
+    environment) and HAProxy's stats port in use are each one line naming the fix; `auto` (the
+    default) takes HAProxy where it can run, and otherwise the proxy with one line saying what
+    that costs and why."""
     import os
     import socket
     from pathlib import Path
+    from unittest import mock
 
-    from jeirt_ray.serving.deployment.ingress import STATS_PORT, use_ingress
+    from jeirt_ray.serving.deployment.ingress import DEFAULT_INGRESS, METRICS_PORT, STATS_PORT, free_port, use_ingress
     config = Path(__file__).resolve().parents[1] / "deployments" / "local.yaml"
     r = runner.invoke(app, ["serve", str(config), "--ingress", "nginx"])
-    assert r.exit_code == 2 and "--ingress must be one of proxy, haproxy, not 'nginx'" in " ".join(r.output.split())
+    assert r.exit_code == 2 and "--ingress must be one of auto, proxy, haproxy, not 'nginx'" in " ".join(r.output.split())
+    assert DEFAULT_INGRESS == "auto"
     monkeypatch.setattr("ray.is_initialized", lambda: False)  # an earlier test's Ray in this process
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     with pytest.raises(ValueError, match="start the cluster with RAY_SERVE_ENABLE_HA_PROXY=1"):
         use_ingress("haproxy")
+    assert use_ingress("auto") == ""  # the cluster's own choice, nothing set here
     monkeypatch.delenv("RAY_ADDRESS")
     with socket.socket() as held:
         held.bind(("", 0))
@@ -163,8 +168,19 @@ def test_serve_ingress_is_checked_before_ray_starts(monkeypatch):
         monkeypatch.setenv(STATS_PORT, str(held.getsockname()[1]))
         with pytest.raises(ValueError, match=f"is in use: stop what holds it, or set {STATS_PORT}"):
             use_ingress("haproxy")
-    assert "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ  # nothing set when refused
+        note = use_ingress("auto")
+        assert note.startswith("front door: Serve's Python proxy, not HAProxy (one Python process hop") and \
+            f"({STATS_PORT}) is in use" in note, note
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", "/nonexistent/haproxy")
+    assert "no HAProxy binary: install ray[serve]" in use_ingress("auto")
+    assert "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ  # nothing set when refused or fallen back
     use_ingress("proxy")
+    assert "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ
+    monkeypatch.delenv("RAY_SERVE_HAPROXY_BINARY_PATH")
+    monkeypatch.setenv(STATS_PORT, str(free_port()))
+    monkeypatch.setenv(METRICS_PORT, str(free_port()))
+    with mock.patch.dict(os.environ):  # restored after: later tests start their Ray in this process
+        assert use_ingress("auto") == "" and os.environ["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
     assert "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ
 
 
@@ -200,7 +216,8 @@ def test_a_wrong_encoder_for_the_registered_space_is_refused_before_deploying(tm
 
 def test_jeirt_serve_stopped_while_it_deploys_exits_cleanly(tmp_path, monkeypatch):
     """SIGTERM while the applications are still deploying (a rolling update, a Ctrl-C at start):
-    the service drains and exits 0 (it was Ray's own handler: abort, exit 134)."""
+    the service drains and exits 0 (it was Ray's own handler: abort, exit 134). Behind HAProxy,
+    which the default ingress takes where it can run (no "front door" line)."""
     import os
     import signal
     import subprocess
@@ -214,11 +231,14 @@ def test_jeirt_serve_stopped_while_it_deploys_exits_cleanly(tmp_path, monkeypatc
                             "--register", "demo", "--promote", "champion"])
     assert r.exit_code == 0, r.output
     config = local_serve_config(tmp_path / "serve.yaml", encoder="hashing")
+    from jeirt_ray.serving.deployment.ingress import METRICS_PORT, STATS_PORT, free_port
+    env = {**os.environ, STATS_PORT: str(free_port()), METRICS_PORT: str(free_port())}  # HAProxy's own, free
     proc = subprocess.Popen([sys.executable, "-m", "jeirt_ray.cli", "serve", str(config)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=os.environ)
+                            stderr=subprocess.STDOUT, text=True, env=env)
     try:
         said = [proc.stdout.readline()]
-        assert "log lines:" in said[0], said  # printed once Ray runs, before the applications deploy
+        assert "log lines:" in said[0], said  # printed once Ray runs, before the applications deploy: HAProxy
+        # was taken (the proxy would be said first)
         time.sleep(1)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)

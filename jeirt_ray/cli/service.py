@@ -22,8 +22,9 @@ def serve_cmd(config: Path = typer.Argument(..., help="a Serve config, e.g. depl
                                                  "keys create`); open: route, chat, feedback and explore need none (loopback "
                                                  "only). Default: the config's args.auth"),
               ingress: str = typer.Option(DEFAULT_INGRESS, "--ingress", help="the front door of the local Ray it starts: "
-                                          "proxy (Serve's Python proxy) or haproxy (HAProxy straight to the Router "
-                                          "replicas: one hop less per request; see docs/guide/serving.md)")):
+                                          "haproxy (HAProxy straight to the Router replicas: one hop less per "
+                                          "request), proxy (Serve's Python proxy), or auto (HAProxy where it can "
+                                          "run, else the proxy, saying why); see docs/guide/serving.md")):
     """Start the routing and onboarding service described by a Serve config; Ctrl-C stops it."""
     from ..serving.deployment.deploy import serve_forever
     with expected_failures(prefix="cannot serve: "):

@@ -172,7 +172,9 @@ def serve_forever(path: str | Path, model: str | None = None, port: int | None =
     config = load_config(path, model, port, auth)
     check_port(config)
     check_registry(config)  # also creates the MLflow store here, once, before any replica starts
-    use_ingress(ingress)
+    note = use_ingress(ingress)
+    if note:
+        announce(note)
     init_ray()
     stop = threading.Event()  # set by SIGINT/SIGTERM, from here on: even while deploying
     for sig in (signal.SIGINT, signal.SIGTERM):

