@@ -208,10 +208,18 @@ def test_a_wrong_encoder_for_the_registered_space_is_refused_before_deploying(tm
     r = runner.invoke(app, ["train", "--encoder", "hashing", "--fixed", "--members", "1", "--held-out-benchmarks", "0",
                             "--register", "demo", "--promote", "champion"])
     assert r.exit_code == 0, r.output
-    config = Path(__file__).resolve().parents[1] / "deployments" / "local.yaml"  # serves MiniLM
-    r = runner.invoke(app, ["serve", str(config), "--port", "1"])
+    from jeirt_ray.serving.deployment.deploy import check_registry, load_config
+
+    from .conftest import local_serve_config
+    minilm = local_serve_config(tmp_path / "minilm.yaml", encoder="all-MiniLM-L6-v2")
+    r = runner.invoke(app, ["serve", str(minilm), "--port", "1"])
     out = " ".join(r.output.split())
     assert r.exit_code == 1 and "trained on encoder 'hashing-384'" in out and "set args.encoder" in out
+    # the shipped config serves the space's own encoder (encoder: space), whatever it was trained on
+    config = load_config(Path(__file__).resolve().parents[1] / "deployments" / "local.yaml")
+    assert config.applications[0].args["encoder"] == "space"
+    check_registry(config)
+    assert config.applications[0].args["encoder"] == "hashing-384"
 
 
 def test_jeirt_serve_stopped_while_it_deploys_exits_cleanly(tmp_path, monkeypatch):

@@ -27,6 +27,13 @@ def test_python_examples_run(page, index, code, tmp_path):
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, f"{page.name} example {index} failed:\n{run.stderr[-3000:]}"
+    if (page.name, index) == ("README.md", 0):  # the space it registers is what the shipped config serves
+        check = ("from jeirt_ray.serving.deployment.deploy import check_registry, load_config; "
+                 f"c = load_config({str(ROOT / 'deployments' / 'local.yaml')!r}); check_registry(c); "
+                 "print(c.applications[0].args['encoder'])")
+        served = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=300)
+        assert served.returncode == 0 and served.stdout.split() == ["hashing-384"], served.stderr[-3000:]
 
 
 def test_examples_exist():

@@ -135,6 +135,12 @@ def test_serve_routes_with_the_spaces_own_encoder(cluster, tuned):
         check_registry(load_config(path))
     config = load_config(local_serve_config(cluster / "serve.yaml", model="ft", encoder="models:/ft@champion"))
     check_registry(config)
+    # `encoder: space`, the shipped default: jeirt serve names the space's own before deploying,
+    # and a deploy that did not (serve deploy, KubeRay) finds it in build_app; this deploy is one
+    config = load_config(local_serve_config(cluster / "serve.yaml", model="ft", encoder="space"))
+    named = load_config(local_serve_config(cluster / "named.yaml", model="ft", encoder="space"))
+    check_registry(named)
+    assert named.applications[0].args["encoder"] == "models:/ft@champion"
     try:
         url = deploy(config, timeout_s=300)
         text = str(tuned.data.texts[5])

@@ -52,7 +52,7 @@ from .replicas import Encoder, Onboarder, ThreadedEncoder
 from .schemas import (BLANK, CHAT_RESPONSES, ChatRequest, ErrorBody, FeedbackRequest, FeedbackResponse, HealthResponse, KeyResponse, LLMsResponse, MapResponse,
                       ModelsResponse, OnboardRequest, OnboardResponse, PlanRequest, PlanResponse, RouteRequest,
                       RouteResponse, SimilarResponse)
-from .settings import AppArgs, DecisionsConfig, RouterConfig
+from .settings import SPACE_ENCODER, AppArgs, DecisionsConfig, RouterConfig
 from ..zoo.catalog import DEFAULT_PAGE, MAX_PAGE, NoCandidates, model_cards
 from ..zoo.similar import similar
 
@@ -454,6 +454,9 @@ def build_app(args: dict):
     """Serve's application builder; `args` as settings.AppArgs (unknown keys are errors)."""
     cfg = AppArgs(**args)
     encoder, uri = cfg.encoder, cfg.tracking_uri
+    if encoder == SPACE_ENCODER:  # `jeirt serve` names it before deploying; other deploys serve @champion
+        from ..tracking.registry import SpaceRegistry
+        encoder = SpaceRegistry(uri).serving_encoder(f"models:/{cfg.model}@champion")
     if encoder.startswith("models:/"):  # the fine-tuned encoder saved with a registered space, pinned
         from ..tracking.registry import SpaceRegistry  # to the version the alias points at now
         encoder, encoder_id = SpaceRegistry(uri).encoder_of(encoder)

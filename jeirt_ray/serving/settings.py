@@ -11,9 +11,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..core.renamed import renamed_fields
-from ..encoders import DEFAULT_ENCODER
 from ..learning.online import LOOP_DEFAULTS
 from ..routing.decisions import PolicyName
+
+
+SPACE_ENCODER = "space"  # args.encoder: the served space's own
 
 
 class AppArgs(BaseModel):
@@ -21,8 +23,11 @@ class AppArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     model: str = Field(min_length=1, description="the registered space, served as models:/<model>@<alias>")
-    encoder: str = Field(DEFAULT_ENCODER, description="the encoder the space was trained on, or models:/NAME@ALIAS "
-                                                      "for the fine-tuned encoder saved with a registered space")
+    encoder: str = Field(SPACE_ENCODER, min_length=1, description=(
+        "space: the encoder the served space was trained on (its own fine-tuned one where it carries one; read "
+        "from the registry: jeirt serve reads the Router's alias, other deploys @champion); or that encoder's "
+        "name (e.g. all-MiniLM-L6-v2, hashing), or models:/NAME@ALIAS for the fine-tuned encoder saved with a "
+        "registered space"))
     encoder_threads: int | None = Field(None, ge=1, description="torch threads per encoder")
     encoder_placement: Literal["deployment", "router"] = Field(
         "deployment", description="deployment: an Encoder deployment of its own (scaled apart, e.g. on GPUs); "

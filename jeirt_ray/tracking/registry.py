@@ -166,6 +166,22 @@ class SpaceRegistry(Tracker):
         version = self._with_own_encoder(uri)
         return f"models:/{_URI.match(uri)['name']}/{version.version}", version.tags["encoder_id"]
 
+    def serving_encoder(self, uri: str) -> str:
+        """What a service's `args.encoder` must be to serve the version `uri` points at: `uri`
+        itself where the space carries its fine-tuned encoder, else the shared encoder it was
+        trained on; a LookupError naming the fix where that cannot be loaded by name (a local
+        folder's, or a version without the tag)."""
+        version = self.resolve(uri)
+        if version.tags.get("own_encoder") == "true":
+            return uri
+        encoder_id = version.tags.get("encoder_id", "")
+        if encoder_id.startswith("hashing-"):
+            return encoder_id
+        if encoder_id.startswith("st:"):
+            return encoder_id[3:]  # the name, with its precision suffix (all-MiniLM-L6-v2+int8)
+        raise LookupError(f"{uri} (version {version.version}) was trained on encoder {encoder_id or 'unknown'!r}, "
+                          "which cannot be loaded by name: set args.encoder to it (its folder)")
+
     def download_encoder(self, uri: str) -> Path:
         """The local folder of the encoder saved with the space at `uri`."""
         version = self._with_own_encoder(uri)

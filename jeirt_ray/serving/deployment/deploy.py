@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from ..settings import SPACE_ENCODER
 from .ingress import DEFAULT_INGRESS, check_ingress, use_ingress
 
 log = logging.getLogger("jeirt.serve")
@@ -95,7 +96,9 @@ def check_registry(config) -> None:
         registry = SpaceRegistry(args.get("tracking_uri"))
         version = registry.resolve(uri)
         trained_on = version.tags.get("encoder_id")
-        encoder = args.get("encoder", "all-MiniLM-L6-v2")
+        encoder = args.get("encoder", SPACE_ENCODER)
+        if encoder == SPACE_ENCODER:  # the replicas get the encoder of the version this alias serves
+            encoder = args["encoder"] = registry.serving_encoder(uri)
         if encoder.startswith("models:/"):  # a registered space's own (fine-tuned) encoder
             serves = registry.encoder_of(encoder)[1]
         else:
