@@ -268,37 +268,18 @@ def test_an_answer_key_grades_the_logged_answers_it_can_and_counts_the_rest(tmp_
 
 
 def test_an_llm_judge_grades_a_share_counts_what_it_cannot_parse_and_its_own_cost(tmp_path):
-    """Against a scripted OpenAI-compatible judge on loopback (no LLM runs here)."""
-    import http.server
+    """Against a scripted OpenAI-compatible judge on loopback (tests/upstream.py; no LLM runs here)."""
     import json
-    import threading
 
     from jeirt_ray.api.endpoint import Endpoint
     from jeirt_ray.api.judge import judge_log, parse_verdict, sampled
-    verdicts = {"4": "Right: 2+2 is 4.\nSCORE: 10", "5": "Wrong sum.\n**SCORE: 2/10**", "maybe": "I cannot tell.",
-                "twice": "SCORE: 3\nSCORE: 4"}
 
-    class Judge(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-            answer = body["messages"][0]["content"].rsplit("[ANSWER]\n", 1)[1]
-            if answer == "down":
-                self.send_response(500)
-                self.end_headers()
-                return
-            out = json.dumps({"choices": [{"message": {"content": verdicts[answer]}}],
-                              "usage": {"prompt_tokens": 100, "completion_tokens": 10}}).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Judge)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    from .upstream import Upstreams
+    verdicts = {"\n4": "Right: 2+2 is 4.\nSCORE: 10", "\n5": "Wrong sum.\n**SCORE: 2/10**",
+                "\nmaybe": "I cannot tell.", "\ntwice": "SCORE: 3\nSCORE: 4", "\ndown": 500}
+    (tmp_path / "verdicts.json").write_text(json.dumps(verdicts))
+    ups = Upstreams()
+    judge_url = ups.start("judge", "--replies", str(tmp_path / "verdicts.json"))
     try:
         log = DecisionLog(LogSettings(root=str(tmp_path / "log"), log_queries="text", log_answers="text", flush_s=60))
         rows = [dict(r, query="What is 2+2?", answer=a, answered_by="a", status=200)
@@ -307,11 +288,13 @@ def test_an_llm_judge_grades_a_share_counts_what_it_cannot_parse_and_its_own_cos
         log.append(rows)
         log.close()
         store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.db'}")
-        judge = Endpoint(f"http://127.0.0.1:{server.server_address[1]}/v1", "judge", retries=0)
+        judge = Endpoint(judge_url, "judge", retries=0)
         counts = judge_log(judge, store, str(tmp_path / "log"), share=1.0, price_usd_per_mtok=(1.0, 2.0))
         assert {k: counts[k] for k in ("judged", "recorded", "unparseable", "failed", "no_text")} == \
             {"judged": 5, "recorded": 2, "unparseable": 2, "failed": 1, "no_text": 1}
-        assert counts["prompt_tokens"] == 400 and abs(counts["usd"] - (400 * 1.0 + 40 * 2.0) / 1e6) < 1e-12
+        # the upstream counts 1 prompt token and a token per word of its reply
+        words = sum(len(v.split()) for v in verdicts.values() if isinstance(v, str))
+        assert counts["prompt_tokens"] == 4 and abs(counts["usd"] - (4 * 1.0 + words * 2.0) / 1e6) < 1e-12
         assert sorted((g["score"], g["source"]) for g in store.since()) == [(0.2, "judge"), (1.0, "judge")]
         assert counts["failures"] == {"HTTP 500": 1}  # why calls failed, said
         again = judge_log(judge, store, str(tmp_path / "log"), share=1.0)
@@ -327,7 +310,7 @@ def test_an_llm_judge_grades_a_share_counts_what_it_cannot_parse_and_its_own_cos
                                        "--price-in", "nan", "--price-out", "1"])
         assert bad.exit_code == 2 and "--price-in must be a number of USD" in bad.output, bad.output
     finally:
-        server.shutdown()
+        ups.stop()
     assert parse_verdict("SCORE: 11") is None and parse_verdict("score: 7") == 0.7 and parse_verdict(None) is None
     ids = [new_id() for _ in range(4000)]
     assert 0.08 < np.mean([sampled(d, 0.1) for d in ids]) < 0.12 and all(sampled(d, 0.1) == sampled(d, 0.1) for d in ids)

@@ -8,7 +8,9 @@ tell who answered. `--fail CODE` answers that status instead; `--delay S` waits 
 first byte; `--drip S` sends a non-streamed answer in 16 pieces S seconds apart; `--pad N` adds
 N characters to every answer; a stream asked with `stream_options.include_usage` ends with a
 usage chunk, as OpenAI's does, and a JSON answer has its `usage` (`--no-usage`: neither, as some
-servers do). `GET /calls` counts the completions it was asked for, and `/headers` shows the last
+servers do). `--replies FILE.json` scripts it, as a judge: {ending: reply}, the reply of the
+longest ending that ends the last user message (a number: answered as that HTTP status), else
+the echo. `GET /calls` counts the completions it was asked for, and `/headers` shows the last
 request's Authorization header (to check API keys are sent)."""
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 
 def make_app(name: str, fail: int | None = None, delay: float = 0.0, chunk_delay: float = 0.0, drip: float = 0.0,
-             pad: int = 0, report_usage: bool = True) -> FastAPI:
+             pad: int = 0, report_usage: bool = True, replies: dict[str, str | int] | None = None) -> FastAPI:
     app = FastAPI()
+    endings = sorted(replies or {}, key=len, reverse=True)
     state = {"calls": 0, "authorization": None, "models": []}
 
     @app.get("/calls")
@@ -48,6 +51,12 @@ def make_app(name: str, fail: int | None = None, delay: float = 0.0, chunk_delay
             return JSONResponse({"error": {"message": f"{name} fails with {fail}", "type": "test"}}, status_code=fail)
         last = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
         text = f"{name} answers: {last}" + (" " + "x" * pad if pad else "")
+        scripted = next((replies[e] for e in endings if last.endswith(e)), None)
+        if isinstance(scripted, int):
+            return JSONResponse({"error": {"message": f"{name} scripted {scripted}", "type": "test"}},
+                                status_code=scripted)
+        if scripted is not None:
+            text = scripted
         created, cid = int(time.time()), f"chatcmpl-{name}-{state['calls']}"
         usage = {"prompt_tokens": 1, "completion_tokens": len(text.split()), "total_tokens": 1}
         if not body.get("stream") and drip:
@@ -143,8 +152,11 @@ def main():
     ap.add_argument("--drip", type=float, default=0.0)
     ap.add_argument("--pad", type=int, default=0)
     ap.add_argument("--no-usage", action="store_true")
+    ap.add_argument("--replies", default=None)
     a = ap.parse_args()
-    uvicorn.run(make_app(a.name, a.fail, a.delay, a.chunk_delay, a.drip, a.pad, not a.no_usage), host="127.0.0.1", port=a.port, log_level="warning")
+    replies = json.loads(open(a.replies).read()) if a.replies else None
+    uvicorn.run(make_app(a.name, a.fail, a.delay, a.chunk_delay, a.drip, a.pad, not a.no_usage, replies),
+                host="127.0.0.1", port=a.port, log_level="warning")
 
 
 if __name__ == "__main__":
