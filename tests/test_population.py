@@ -106,3 +106,25 @@ def test_the_anchors_benchmark_on_a_slice_reports_every_seed_and_the_spread(tmp_
     spread = report["spread"]["onboarding"]["50"]["anchored"]
     assert spread["min"] <= spread["mean"] <= spread["max"]
     # 12 LLMs are too few to rank the ways; the ranking is measured at full size (docs/results/population.md)
+
+
+@pytest.mark.real_data
+def test_the_prediction_choice_benchmark_on_a_slice_chooses_on_validation(tmp_path):
+    """benchmarks/prediction_choice.py on 80 LLMs (hashing encoder): three configurations of each
+    method, the one of best validation AUC chosen and scored on the test questions."""
+    out = tmp_path / "choice.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prediction_choice.py"), "--data",
+                          str(shared_dataset("openllm")), "--max-llms", "80",
+                          "--encoder", "hashing", "--seeds", "0", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    seed = report["seeds"]["0"]
+    assert set(seed["val"]) == {f"{k}/{n}" for k, configs in report["grid"].items() for n in configs}
+    for kind, name in seed["chosen"].items():
+        assert seed["val"][name]["val_auc"] == max(v["val_auc"] for n, v in seed["val"].items() if n.startswith(kind))
+    for part in ("test_chosen", "test_fixed"):
+        assert set(seed[part]) == {"jeirt", "mf"} and all(0.5 < seed[part][k]["auc"] < 1 for k in ("jeirt", "mf"))
+        assert "minus_mf_auc_ci95" in seed[part]["jeirt"]
+    assert report["mean"]["chosen_jeirt_minus_mf_auc"] == pytest.approx(
+        seed["test_chosen"]["jeirt"]["auc"] - seed["test_chosen"]["mf"]["auc"])
