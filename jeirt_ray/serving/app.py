@@ -454,12 +454,13 @@ def build_app(args: dict):
     """Serve's application builder; `args` as settings.AppArgs (unknown keys are errors)."""
     cfg = AppArgs(**args)
     encoder, uri = cfg.encoder, cfg.tracking_uri
-    if encoder == SPACE_ENCODER:  # `jeirt serve` names it before deploying; other deploys serve @champion
+    if encoder == SPACE_ENCODER or encoder.startswith("models:/"):
         from ..tracking.registry import SpaceRegistry
-        encoder = SpaceRegistry(uri).serving_encoder(f"models:/{cfg.model}@champion")
+        registry = SpaceRegistry(uri)
+    if encoder == SPACE_ENCODER:  # `jeirt serve` names it before deploying; other deploys serve @champion
+        encoder = registry.serving_encoder(f"models:/{cfg.model}@champion")
     if encoder.startswith("models:/"):  # the fine-tuned encoder saved with a registered space, pinned
-        from ..tracking.registry import SpaceRegistry  # to the version the alias points at now
-        encoder, encoder_id = SpaceRegistry(uri).encoder_of(encoder)
+        encoder, encoder_id = registry.encoder_of(encoder)  # to the version the alias points at now
     else:
         encoder_id = make_encoder(encoder).encoder_id  # cheap: the weights load lazily
     onboarder = Onboarder.bind(cfg.model, encoder_id, uri)
